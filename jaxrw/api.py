@@ -1,0 +1,308 @@
+"""`optimize`: a jax.jit-like decorator that rewrites each traced signature before compiling it.
+
+Per abstract signature (pytree structure, shapes, dtypes, weak types, static values) the function
+is traced once, rewritten, guarded, decoded and jitted; later calls with that signature reuse the
+compiled program. Any internal failure falls back to jax.jit with one warning naming the stage and
+cause (`strict=True` raises instead). `JAXRW_DISABLE=1` makes every optimize a plain jax.jit.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import compat
+from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError, check_choice
+from .rewrite.cost import COST_MODELS, CostModel
+from .rewrite.extract import EXTRACTORS
+from .rewrite.profiles import Profile, default_profile, get_profile
+from .rewrite.run import NUMERICS, Limits, RewriteReport, rewrite_jaxpr
+
+__all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
+
+log = logging.getLogger("jaxrw")
+
+SCHEDULES = ("auto", "xla", "streams")
+
+
+def tolerance(dtype: Any) -> float:
+    """Relative (norm-wise) error allowed between rewritten and original results for a dtype.
+    float32 allows TF32 rounding: GPUs run float32 matmuls as TF32 under jax's default precision."""
+    dt = np.dtype(dtype)
+    if dt == np.float64 or dt == np.complex128:
+        return 1e-9
+    if dt.kind in "fc" and dt.itemsize >= 4:
+        return 5e-3
+    if dt.kind in "fc" or str(dt) == "bfloat16":
+        return 5e-2
+    return 0.0
+
+
+def relative_error(got: Any, want: Any) -> float:
+    """||got - want|| / ||want|| in float64 (0 when both are zero; inf when shapes differ or
+    NaN/Inf appear in one but not the other)."""
+    g = np.asarray(got, dtype=np.float64) if np.asarray(got).dtype != bool else np.asarray(got, dtype=np.float64)
+    w = np.asarray(want, dtype=np.float64)
+    if g.shape != w.shape:
+        return float("inf")
+    gf, wf = np.isfinite(g), np.isfinite(w)
+    if not np.array_equal(gf, wf) or not np.array_equal(g[~gf], w[~wf], equal_nan=True):
+        return float("inf")
+    num = np.linalg.norm((g - w)[gf])
+    den = np.linalg.norm(w[wf])
+    if den == 0:
+        return float(num)
+    return float(num / den)
+
+
+@dataclass
+class _Entry:
+    call: Callable[..., Any]
+    out_tree: Any
+    report: RewriteReport | None
+    fallback: str | None = None  # the cause, when jax.jit runs instead
+
+
+@dataclass
+class Optimized:
+    """The callable `optimize` returns. Call it like the original function."""
+
+    fn: Callable
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    rules: Any = None
+    cost_model: str | CostModel = "roofline"
+    extractor: str = "greedy"
+    profile: Profile | str | None = None
+    verify: bool = False
+    strict: bool = False
+    limits: Limits = field(default_factory=Limits)
+    numerics: str = "default"
+    schedule: str = "auto"
+    _cache: dict[Any, _Entry] = field(default_factory=dict, repr=False)
+    _jitted: Any = field(default=None, repr=False)
+    traces: int = 0  # how many signatures were traced (for tests and explain)
+
+    def __post_init__(self):
+        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+        self._jitted = jax.jit(self.fn, static_argnums=self.static_argnums, static_argnames=self.static_argnames,
+                               donate_argnums=self.donate_argnums)
+
+    # -- calling ----------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if os.environ.get("JAXRW_DISABLE", "") not in ("", "0"):
+            return self._jitted(*args, **kwargs)
+        dyn, statics = self._split(args, kwargs)
+        leaves, in_tree = jax.tree_util.tree_flatten(dyn)
+        key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+        if entry.fallback is not None:
+            return self._jitted(*args, **kwargs)
+        out = entry.call(*leaves)
+        result = jax.tree_util.tree_unflatten(entry.out_tree, out)
+        if self.verify and not any(compat.is_tracer(x) for x in leaves):
+            self._verify(result, args, kwargs)
+        return result
+
+    def report(self, *args: Any, **kwargs: Any) -> RewriteReport | None:
+        """The rewrite report of the signature these arguments have (traced if new)."""
+        dyn, statics = self._split(args, kwargs)
+        leaves, in_tree = jax.tree_util.tree_flatten(dyn)
+        key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
+        if key not in self._cache:
+            self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+        return self._cache[key].report
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    # -- internals --------------------------------------------------------------------------
+    def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
+        """(dynamic args and kwargs, hashable static values)."""
+        static_pos = set(self.static_argnums)
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
+        statics = []
+        for i in sorted(static_pos):
+            if i < len(args):
+                statics.append((i, _static_key(args[i], f"argument {i}")))
+        dyn_kwargs = {}
+        for k, v in sorted(kwargs.items()):
+            if k in self.static_argnames:
+                statics.append((k, _static_key(v, f"argument {k!r}")))
+            else:
+                dyn_kwargs[k] = v
+        return (dyn_args, dyn_kwargs), tuple(statics)
+
+    def _flat_fn(self, args: tuple, kwargs: dict, in_tree: Any) -> Callable:
+        static_pos = set(self.static_argnums)
+
+        def flat(*leaves: Any) -> Any:
+            dyn_args, dyn_kwargs = jax.tree_util.tree_unflatten(in_tree, leaves)
+            it = iter(dyn_args)
+            full = [args[i] if i in static_pos else next(it) for i in range(len(args))]
+            kw = {k: (kwargs[k] if k in self.static_argnames else dyn_kwargs[k]) for k in kwargs}
+            return self.fn(*full, **kw)
+
+        return flat
+
+    def _build(self, args, kwargs, dyn, statics, leaves, in_tree) -> _Entry:
+        self.traces += 1
+        flat = self._flat_fn(args, kwargs, in_tree)
+        specs = [_spec(x) for x in leaves]
+        closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*specs)
+        out_tree = jax.tree_util.tree_structure(out_shape)
+        try:
+            profile = self.profile if isinstance(self.profile, Profile) else (
+                get_profile(self.profile) if self.profile else default_profile(compat.device_kind()))
+            result = rewrite_jaxpr(closed, rules=self.rules, cost_model=self.cost_model, profile=profile,
+                                   extractor=self.extractor, limits=self.limits, numerics=self.numerics)
+        except JaxrwError as e:
+            if self.strict:
+                raise
+            warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {e}", stacklevel=3)
+            return _Entry(self._jitted, out_tree, None, fallback=str(e))
+        except Exception as e:  # noqa: BLE001 - never break the user's program
+            err = RewriteStageError("optimize", e)
+            if self.strict:
+                raise err from e
+            warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
+            return _Entry(self._jitted, out_tree, None, fallback=str(err))
+        report = result.report
+        log.debug("jaxrw %s: %r", _name(self.fn), report)
+        donate = tuple(i for i, x in enumerate(leaves) if self._leaf_donated(i, in_tree))
+        if result.fn is None:
+            call = jax.jit(lambda *xs: jax.tree_util.tree_leaves(flat(*xs)), donate_argnums=donate)
+        else:
+            call = jax.jit(result.fn, donate_argnums=donate)
+        return _Entry(call, out_tree, report)
+
+    def _leaf_donated(self, leaf_index: int, in_tree: Any) -> bool:
+        if not self.donate_argnums:
+            return False
+        # map flat leaf -> positional argument through the (args, kwargs) tree
+        dyn_args_tree = in_tree.children()[0]
+        counts = [c.num_leaves for c in dyn_args_tree.children()]
+        pos, acc = 0, 0
+        for pos, n in enumerate(counts):  # noqa: B007
+            if leaf_index < acc + n:
+                break
+            acc += n
+        else:
+            return False
+        static_before = sorted(i for i in self.static_argnums)
+        orig = pos
+        for s in static_before:
+            if s <= orig:
+                orig += 1
+        return orig in self.donate_argnums
+
+    def _verify(self, result: Any, args: tuple, kwargs: dict) -> None:
+        want = self._jitted(*args, **kwargs)
+        got_leaves = jax.tree_util.tree_leaves(result)
+        want_leaves = jax.tree_util.tree_leaves(want)
+        for i, (g, w) in enumerate(zip(got_leaves, want_leaves, strict=True)):
+            tol = tolerance(np.asarray(w).dtype)
+            err = relative_error(g, w)
+            if err > tol:
+                raise VerificationError(
+                    f"{_name(self.fn)}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}")
+
+
+def _name(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+
+
+def _leaf_key(x: Any) -> tuple:
+    if isinstance(x, jax.Array | np.ndarray | np.generic) or compat.is_tracer(x):
+        aval = compat.get_aval(x)
+        return (tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False)))
+    if isinstance(x, bool | int | float | complex):
+        return ("py", type(x).__name__)
+    raise InvalidOptionError(
+        f"argument leaf {x!r} of type {type(x).__name__} is not an array; valid: jax/numpy arrays and Python "
+        "scalars (mark other values static with static_argnums/static_argnames)")
+
+
+def _spec(x: Any) -> Any:
+    aval = compat.get_aval(x)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False))
+
+
+def _static_key(v: Any, what: str) -> Any:
+    try:
+        hash(v)
+    except TypeError as e:
+        raise InvalidOptionError(
+            f"static {what} must be hashable; got {type(v).__name__} {v!r} (valid: hashable values such as "
+            "int, str, tuple)") from e
+    return v
+
+
+def _norm_argnums(v: int | Sequence[int] | None, what: str) -> tuple[int, ...]:
+    if v is None:
+        return ()
+    if isinstance(v, int):
+        return (v,)
+    out = tuple(v)
+    if not all(isinstance(i, int) and i >= 0 for i in out):
+        raise InvalidOptionError(f"{what} must be non-negative ints; got {v!r}")
+    return out
+
+
+def optimize(
+    fn: Callable | None = None,
+    *,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Sequence[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    rules: str | Sequence[str] | None = None,
+    cost_model: str | CostModel = "roofline",
+    extractor: str = "greedy",
+    profile: Profile | str | None = None,
+    verify: bool = False,
+    strict: bool = False,
+    limits: Limits | dict | None = None,
+    numerics: str = "default",
+    schedule: str = "auto",
+) -> Any:
+    """Rewrite `fn` into a faster equivalent program and compile it, like `jax.jit`.
+
+    Usable as `@optimize` or `@optimize(...)`. `rules` names rules or families (default: all);
+    `numerics="strict"` uses only rules exact in floating point; `verify=True` checks every
+    concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back.
+    """
+    check_choice("numerics", numerics, NUMERICS)
+    check_choice("schedule", schedule, SCHEDULES)
+    if isinstance(cost_model, str):
+        check_choice("cost model", cost_model, COST_MODELS)
+    check_choice("extractor", extractor, EXTRACTORS)
+    if isinstance(limits, dict):
+        limits = Limits(**limits)
+    elif limits is not None and not isinstance(limits, Limits):
+        raise InvalidOptionError(f"limits must be a jaxrw.Limits or dict; got {limits!r}")
+    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
+    opts = dict(
+        static_argnums=_norm_argnums(static_argnums, "static_argnums"),
+        static_argnames=names,
+        donate_argnums=_norm_argnums(donate_argnums, "donate_argnums"),
+        rules=rules, cost_model=cost_model, extractor=extractor, profile=profile, verify=verify,
+        strict=strict, limits=limits or Limits(), numerics=numerics, schedule=schedule,
+    )
+    if fn is None:
+        return lambda f: Optimized(f, **opts)
+    if not callable(fn):
+        raise InvalidOptionError(f"optimize expects a callable; got {type(fn).__name__}")
+    return Optimized(fn, **opts)
+
+

@@ -1,0 +1,80 @@
+"""Differences between the JAX versions jaxrw supports (0.11 and 0.12), each shim in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax import core as _core
+
+try:  # jax >= 0.4.30 exposes the jaxpr types here; 0.11 and 0.12 both do.
+    from jax.extend import core as jex_core
+except ImportError:  # pragma: no cover - older jax is not supported, kept for a clear error
+    jex_core = None
+
+Literal = jex_core.Literal
+Var = jex_core.Var
+DropVar = jex_core.DropVar
+ClosedJaxpr = jex_core.ClosedJaxpr
+Jaxpr = jex_core.Jaxpr
+JaxprEqn = jex_core.JaxprEqn
+
+JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
+
+# Call primitives whose body is inlined by the encoder. jax 0.11 names the jit call `pjit`;
+# jax 0.12 names it `jit`. `closed_call`/`core_call` and remat (`checkpoint`, named `remat2`
+# in older builds) are the same in both.
+INLINED_CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "checkpoint", "remat", "remat2"})
+
+
+def call_body(eqn: Any) -> ClosedJaxpr:
+    """The body of an inlinable call equation as a ClosedJaxpr (param name differs by primitive)."""
+    body = eqn.params.get("jaxpr", None)
+    if body is None:
+        body = eqn.params.get("call_jaxpr")
+    if isinstance(body, ClosedJaxpr):
+        return body
+    return ClosedJaxpr(body, ())
+
+
+def bind_equation(prim: Any, params: dict, args: list) -> list:
+    """Bind `prim` like jax.core.eval_jaxpr does, always returning a list of outputs."""
+    subfuns, bind_params = prim.get_bind_params(params)
+    out = prim.bind(*subfuns, *args, **bind_params)
+    return list(out) if prim.multiple_results else [out]
+
+
+def is_literal(x: Any) -> bool:
+    return isinstance(x, Literal)
+
+
+def is_dropvar(x: Any) -> bool:
+    return isinstance(x, DropVar)
+
+
+def is_tracer(x: Any) -> bool:
+    return isinstance(x, _core.Tracer)
+
+
+def device_kind() -> str:
+    """'cuda', 'rocm', 'tpu' or 'cpu' for the default backend."""
+    platform = jax.default_backend()
+    return {"gpu": "cuda"}.get(platform, platform)
+
+
+def thunky_module() -> Any | None:
+    """`jax.experimental.thunky` (jax >= 0.12), or None where this JAX has none."""
+    try:
+        from jax.experimental import thunky  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return thunky
+
+
+def get_aval(x: Any) -> Any:
+    """The abstract value of an array, tracer or scalar. jax 0.12 removed jax.core.get_aval;
+    jax.typeof exists in 0.11 and 0.12."""
+    typeof = getattr(jax, "typeof", None)
+    if typeof is not None:
+        return typeof(x)
+    return _core.get_aval(x)  # pragma: no cover - jax < 0.6

@@ -1,0 +1,161 @@
+"""Cost models: the predicted time of one e-node, given the shapes of its e-classes.
+
+A cost model is anything with `name` and `node_cost(node, view) -> float` (seconds, >= 0, so a
+term never costs less than its children: the program cost is the sum over the nodes of the
+extracted DAG, shared subterms counted once). Models are registered by name:
+
+    register_cost_model("mine", lambda profile: MyModel(profile))
+    optimize(f, cost_model="mine")
+
+Built in: `roofline` (per-kernel max of FLOPs/matrix rate and bytes/bandwidth plus launch, with
+small-GEMM efficiency, elementwise fusion and constant folding) and `flops` (FLOPs plus bytes,
+device-independent, for tests and for explaining what a rewrite saves).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import InvalidOptionError
+from .graph import EGraphView, Node
+from .profiles import Profile
+
+__all__ = ["CostModel", "Roofline", "FlopsBytes", "register_cost_model", "get_cost_model", "COST_MODELS",
+           "node_flops", "itemsize"]
+
+# Ops XLA fuses into their neighbours: priced by the bytes they write, with no launch of their own.
+FUSIBLE = frozenset({"add", "sub", "mul", "div", "neg", "unary", "binary", "broadcast_in_dim", "reshape",
+                     "squeeze", "expand_dims", "convert_element_type", "select_n", "integer_pow", "iota",
+                     "clamp", "copy", "copy_p", "stop_gradient", "square", "slice"})
+# Fraction of the output bytes an op inside a fusion still costs (its share of the fused kernel).
+FUSED_SHARE = 0.5
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    name: str
+
+    def node_cost(self, node: Node, view: EGraphView) -> float: ...
+
+
+def itemsize(dtype: str) -> int:
+    try:
+        return int(np.dtype(dtype).itemsize)
+    except TypeError:
+        if dtype == "bfloat16":
+            return 2
+        return 4
+
+
+def nbytes(view: EGraphView, eclass: str) -> float:
+    return float(math.prod(view.shapes[eclass])) * itemsize(view.dtypes.get(eclass, "float32"))
+
+
+def op_name(node: Node) -> str:
+    """The primitive-level name: `op` nodes carry it as their first attribute."""
+    return node.attrs[0] if node.op in ("op", "unary", "binary") else node.op
+
+
+def dot_dims(node: Node, view: EGraphView) -> tuple[int, int, int, int]:
+    """(batch, m, n, k) of a typed dot node."""
+    a, b = node.children
+    nb, lc, rc, _cfg = node.attrs
+    sa, sb = view.shapes[a], view.shapes[b]
+    batch = math.prod(sa[:nb])
+    k = sa[lc]
+    m = math.prod(d for i, d in enumerate(sa) if i >= nb and i != lc)
+    n = math.prod(d for i, d in enumerate(sb) if i >= nb and i != rc)
+    return batch, m, n, k
+
+
+def node_flops(node: Node, view: EGraphView) -> float:
+    """Arithmetic of one node: 2mnk per dot, one per output element for elementwise ops, one
+    per input element for reductions, none for data movement."""
+    if node.op == "dot":
+        batch, m, n, k = dot_dims(node, view)
+        return 2.0 * batch * m * n * k
+    out = float(math.prod(view.shapes[node.eclass]))
+    if node.op in ("add", "sub", "mul", "div", "neg", "unary", "binary"):
+        return out
+    if node.op == "sum" or op_name(node).startswith("reduce_"):
+        return float(math.prod(view.shapes[node.children[0]]))
+    return 0.0
+
+
+class Roofline:
+    """Per kernel: max(FLOPs / rate, bytes / bandwidth) + launch, with the refinements above."""
+
+    name = "roofline"
+
+    def __init__(self, profile: Profile):
+        self.profile = profile
+
+    def node_cost(self, node: Node, view: EGraphView) -> float:
+        p = self.profile
+        if node.op in ("var", "const"):
+            return 0.0
+        if view.is_constant(node.eclass) and node.op in ("concat", "transpose", "slice", "op"):
+            return 0.0  # folded once when the program is built (constants only)
+        out_b = nbytes(view, node.eclass)
+        if node.op == "dot":
+            batch, m, n, k = dot_dims(node, view)
+            dt = view.dtypes.get(node.children[0], "float32")
+            rate = p.matmul_rate(dt) * p.efficiency(m, n, k)
+            flops = 2.0 * batch * m * n * k
+            moved = nbytes(view, node.children[0]) + nbytes(view, node.children[1]) + out_b
+            return max(flops / rate, moved / p.bandwidth) + p.launch_s
+        name = op_name(node)
+        if node.op in FUSIBLE or name in FUSIBLE:
+            # Inside a fusion: a share of its own output plus reads of operands that come from
+            # outside any fusion (inputs, products, reductions).
+            reads = sum(nbytes(view, c) for c in node.children if not _fusible_class(view, c))
+            flops = node_flops(node, view)
+            return max(flops / p.vector_flops, (FUSED_SHARE * out_b + reads) / p.bandwidth)
+        in_b = sum(nbytes(view, c) for c in node.children)
+        if node.op == "transpose":
+            return 2 * out_b / p.bandwidth + p.launch_s
+        flops = node_flops(node, view)
+        return max(flops / p.vector_flops, (in_b + out_b) / p.bandwidth) + p.launch_s
+
+
+def _fusible_class(view: EGraphView, eclass: str) -> bool:
+    return any(
+        view.nodes[n].op in FUSIBLE and view.nodes[n].op != "slice" for n in view.classes.get(eclass, ()))
+
+
+class FlopsBytes:
+    """FLOPs plus bytes moved (one byte weighs one FLOP): a device-independent yardstick."""
+
+    name = "flops"
+
+    def __init__(self, profile: Profile | None = None):
+        self.profile = profile
+
+    def node_cost(self, node: Node, view: EGraphView) -> float:
+        if node.op in ("var", "const"):
+            return 0.0
+        moved = nbytes(view, node.eclass) + sum(nbytes(view, c) for c in node.children)
+        return node_flops(node, view) + moved
+
+
+COST_MODELS: dict[str, Callable[[Profile], CostModel]] = {"roofline": Roofline, "flops": FlopsBytes}
+
+
+def register_cost_model(name: str, factory: Callable[[Profile], CostModel]) -> None:
+    """Make `factory(profile)` available as `optimize(..., cost_model=name)`."""
+    COST_MODELS[name] = factory
+
+
+def get_cost_model(spec: str | CostModel, profile: Profile) -> CostModel:
+    if isinstance(spec, str):
+        if spec not in COST_MODELS:
+            raise InvalidOptionError(f"unknown cost model {spec!r}; valid: {sorted(COST_MODELS)!r}")
+        return COST_MODELS[spec](profile)
+    if isinstance(spec, CostModel):
+        return spec
+    raise InvalidOptionError(
+        f"cost_model must be a registered name or have node_cost(); got {spec!r}; valid: {sorted(COST_MODELS)!r}")

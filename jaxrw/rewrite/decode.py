@@ -1,0 +1,157 @@
+"""Extracted choice -> a JAX callable, built through a per-constructor table of jax.lax calls.
+
+No source is generated or evaluated: the returned function walks the chosen nodes in dependency
+order and calls the table entry of each. Original equations (opaque and parameterised ops) are
+re-bound exactly as traced, so decoding an unrewritten program reproduces it bit for bit.
+Subterms built from constants alone (concatenations or transposes of closed-over weights) are
+evaluated once here and enter the program as constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .. import compat
+from .encode import Program
+from .extract import reachable
+from .graph import EGraphView, Node
+
+__all__ = ["decode", "DECODERS", "FOLDABLE"]
+
+_UNARY_FNS: dict[str, Callable] = {
+    "exp": lax.exp, "exp2": lax.exp2, "log": lax.log, "log1p": lax.log1p, "expm1": lax.expm1, "tanh": lax.tanh,
+    "logistic": lax.logistic, "sin": lax.sin, "cos": lax.cos, "tan": lax.tan, "sqrt": lax.sqrt,
+    "rsqrt": lax.rsqrt, "cbrt": lax.cbrt, "abs": lax.abs, "sign": lax.sign, "floor": lax.floor,
+    "ceil": lax.ceil, "erf": lax.erf, "erf_inv": lax.erf_inv, "is_finite": lax.is_finite, "not": lax.bitwise_not,
+    "asin": lax.asin, "acos": lax.acos, "atan": lax.atan, "sinh": lax.sinh, "cosh": lax.cosh,
+    "asinh": lax.asinh, "acosh": lax.acosh, "atanh": lax.atanh, "square": lax.square,
+}
+_BINARY_FNS: dict[str, Callable] = {
+    "max": lax.max, "min": lax.min, "pow": lax.pow, "atan2": lax.atan2, "rem": lax.rem,
+    "and": lax.bitwise_and, "or": lax.bitwise_or, "xor": lax.bitwise_xor, "eq": lax.eq, "ne": lax.ne,
+    "lt": lax.lt, "le": lax.le, "gt": lax.gt, "ge": lax.ge, "nextafter": lax.nextafter,
+}
+# Constructors that are exact data movement: applied to constants they are folded at build time.
+FOLDABLE = frozenset({"concat", "transpose", "slice"})
+
+
+class _Ctx:
+    def __init__(self, program: Program, view: EGraphView, args: list[Any], original: frozenset[str]):
+        self.program = program
+        self.view = view
+        self.args = args
+        self.original = original  # e-classes of the program as written (not created by rewrites)
+        self.opaque_cache: dict[tuple, list[Any]] = {}
+
+
+def _dot(ctx: _Ctx, node: Node, vals: list[Any]) -> Any:
+    nb, lc, rc, cfg = node.attrs
+    prim, params = ctx.program.params[cfg]
+    dims = (((lc,), (rc,)), (tuple(range(nb)), tuple(range(nb))))
+    return prim.bind(vals[0], vals[1], dimension_numbers=dims, **params)
+
+
+def _op(ctx: _Ctx, node: Node, vals: list[Any]) -> Any:
+    _name, pid = node.attrs
+    prim, params = ctx.program.params[pid]
+    return compat.bind_equation(prim, params, vals)[0]
+
+
+def _opaque(ctx: _Ctx, node: Node, vals: list[Any]) -> Any:
+    eqn_idx, out = node.attrs
+    key = (eqn_idx, tuple(id(v) for v in vals))
+    if key not in ctx.opaque_cache:
+        eqn = ctx.program.eqns[eqn_idx]
+        ctx.opaque_cache[key] = compat.bind_equation(eqn.primitive, eqn.params, vals)
+    return ctx.opaque_cache[key][out]
+
+
+def _sum(ctx: _Ctx, node: Node, vals: list[Any]) -> Any:
+    (x,) = vals
+    axes = tuple(node.attrs[0])
+    dt = x.dtype
+    if jnp.issubdtype(dt, jnp.floating) and jnp.finfo(dt).bits < 32 and node.eclass not in ctx.original:
+        # a reduction created by a rewrite in bf16/f16 accumulates in float32
+        return lax.convert_element_type(lax.reduce_sum(lax.convert_element_type(x, jnp.float32), axes), dt)
+    return lax.reduce_sum(x, axes)
+
+
+DECODERS: dict[str, Callable[[_Ctx, Node, list[Any]], Any]] = {
+    "var": lambda ctx, n, v: ctx.args[n.attrs[0]],
+    "const": lambda ctx, n, v: ctx.program.consts[n.attrs[0]],
+    "add": lambda ctx, n, v: lax.add(*v),
+    "sub": lambda ctx, n, v: lax.sub(*v),
+    "mul": lambda ctx, n, v: lax.mul(*v),
+    "div": lambda ctx, n, v: lax.div(*v),
+    "neg": lambda ctx, n, v: lax.neg(*v),
+    "unary": lambda ctx, n, v: _UNARY_FNS[n.attrs[0]](*v),
+    "binary": lambda ctx, n, v: _BINARY_FNS[n.attrs[0]](*v),
+    "dot": _dot,
+    "transpose": lambda ctx, n, v: lax.transpose(v[0], tuple(n.attrs[0])),
+    "concat": lambda ctx, n, v: lax.concatenate(v, n.attrs[0]),
+    "slice": lambda ctx, n, v: lax.slice_in_dim(v[0], n.attrs[1], n.attrs[2], axis=n.attrs[0]),
+    "sum": _sum,
+    "op": _op,
+    "opaque": _opaque,
+}
+
+
+def _flatten_concats(view: EGraphView, choice: dict[str, str], node: Node) -> list[str]:
+    """Operands of a left-nested chain of binary concats along one axis, as one n-ary concat."""
+    axis = node.attrs[0]
+    left, right = node.children
+    ln = view.nodes[choice[left]]
+    parts = _flatten_concats(view, choice, ln) if ln.op == "concat" and ln.attrs[0] == axis else [left]
+    return [*parts, right]
+
+
+def decode(program: Program, view: EGraphView, choice: dict[str, str],
+           original_classes: frozenset[str] = frozenset()) -> Callable[..., list[Any]]:
+    """A function of the flat inputs returning the flat outputs of the chosen program."""
+    order = reachable(view, choice, view.outputs)
+    nodes = {c: view.nodes[choice[c]] for c in order}
+    # n-ary concatenates: inner links of a same-axis chain are not materialized on their own
+    concat_parts: dict[str, list[str]] = {}
+    for c, n in nodes.items():
+        if n.op == "concat":
+            concat_parts[c] = _flatten_concats(view, choice, n)
+    folded = _fold_constants(program, view, nodes, order, concat_parts, original_classes)
+
+    def run(*args: Any) -> list[Any]:
+        ctx = _Ctx(program, view, list(args), original_classes)
+        env: dict[str, Any] = dict(folded)
+        for c in order:
+            if c in env:
+                continue
+            n = nodes[c]
+            if n.op == "concat":  # unused inner links of the chain are dropped by XLA
+                env[c] = lax.concatenate([env[p] for p in concat_parts[c]], n.attrs[0])
+            else:
+                env[c] = DECODERS[n.op](ctx, n, [env[ch] for ch in n.children])
+        return [env[c] for c in view.outputs]
+
+    return run
+
+
+def _fold_constants(program: Program, view: EGraphView, nodes: dict[str, Node], order: list[str],
+                    concat_parts: dict[str, list[str]], original: frozenset[str]) -> dict[str, Any]:
+    """Evaluate, once, data-movement nodes whose operands are all closed-over constants."""
+    values: dict[str, Any] = {}
+    ctx = _Ctx(program, view, [], original)
+    for c in order:
+        n = nodes[c]
+        if n.op == "const" and program.const_is_arg[n.attrs[0]]:
+            values[c] = program.consts[n.attrs[0]]
+        elif n.op in FOLDABLE and c not in original:
+            parts = concat_parts.get(c, list(n.children))
+            if parts and all(p in values for p in parts):
+                if n.op == "concat":
+                    values[c] = np.asarray(lax.concatenate([values[p] for p in parts], n.attrs[0]))
+                else:
+                    values[c] = np.asarray(DECODERS[n.op](ctx, n, [values[ch] for ch in n.children]))
+    return {c: v for c, v in values.items() if nodes[c].op != "const"}

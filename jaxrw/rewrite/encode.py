@@ -1,0 +1,238 @@
+"""jaxpr -> e-graph. Known primitives become typed terms; every other equation an opaque node.
+
+The encoder walks the equations once, building an egglog term per jaxpr variable, and records
+side tables (constants, parameters, opaque equations) in a `Program`. Nested jit/closed_call/remat
+bodies are inlined; control flow and anything unknown stays opaque with its operands as children.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from egglog import EGraph, String, Vec, i64, set_
+
+from .. import compat
+from ..errors import UnsupportedProgramError
+from .terms import Out, Tensor, dtype, new_egraph, shape
+
+__all__ = ["Program", "encode", "UNARY", "BINARY", "ELEMENTWISE_TYPED"]
+
+# Elementwise primitives with a typed or named constructor (decoded through jax.lax).
+ELEMENTWISE_TYPED = {"add": Tensor.add, "add_any": Tensor.add, "sub": Tensor.sub, "mul": Tensor.mul,
+                     "div": Tensor.div}
+UNARY = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan", "sqrt",
+                   "rsqrt", "cbrt", "abs", "sign", "floor", "ceil", "erf", "erf_inv", "is_finite", "not",
+                   "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "square"})
+BINARY = frozenset({"max", "min", "pow", "atan2", "rem", "and", "or", "xor", "eq", "ne", "lt", "le", "gt",
+                    "ge", "nextafter"})
+# Covered primitives kept with their parameters (bound exactly as traced).
+COVERED = frozenset({"reshape", "broadcast_in_dim", "squeeze", "expand_dims", "pad", "reduce_max", "reduce_min",
+                     "reduce_prod", "convert_element_type", "select_n", "iota", "integer_pow", "slice",
+                     "concatenate", "transpose", "reduce_sum", "dot_general", "copy", "copy_p", "stop_gradient",
+                     "clamp", "argmax", "argmin", "cumsum", "dynamic_slice", "dynamic_update_slice", "rev",
+                     "reduce_precision", "square", "neg"} | UNARY | BINARY)
+
+
+@dataclass
+class Program:
+    """One encoded jaxpr: the e-graph plus the side tables its terms index into."""
+
+    egraph: EGraph
+    in_avals: list[Any]
+    out_avals: list[Any]
+    outputs: list[Tensor]
+    consts: list[Any] = field(default_factory=list)
+    params: list[tuple[Any, dict]] = field(default_factory=list)  # (primitive, params)
+    eqns: list[Any] = field(default_factory=list)  # opaque equations
+    n_equations: int = 0  # equations after inlining
+    primitives: dict[str, int] = field(default_factory=dict)  # count by primitive name
+    const_is_arg: list[bool] = field(default_factory=list)  # closed-over arrays (not literals)
+
+    def describe(self) -> str:
+        return f"Program({self.n_equations} equations, {len(self.outputs)} outputs, {len(self.eqns)} opaque)"
+
+
+class _Encoder:
+    def __init__(self, closed: Any):
+        self.closed = closed
+        self.egraph = new_egraph()
+        self.consts: list[Any] = []
+        self.const_keys: dict[Any, int] = {}
+        self.params: list[tuple[Any, dict]] = []
+        self.param_keys: dict[Any, int] = {}
+        self.eqns: list[Any] = []
+        self.facts: list[Any] = []
+        self.typed: set[int] = set()
+        self.n_equations = 0
+        self.primitives: dict[str, int] = {}
+        self.const_is_arg: list[bool] = []
+
+    # --- side tables -------------------------------------------------------------------------
+    def const(self, value: Any, aval: Any, literal: bool) -> Tensor:
+        key = None
+        if literal and np.ndim(value) == 0:
+            key = ("lit", type(value).__name__, str(np.asarray(value).dtype), repr(value), aval.weak_type)
+        if key is not None and key in self.const_keys:
+            return Tensor.const(self.const_keys[key])
+        idx = len(self.consts)
+        self.consts.append(value)
+        self.const_is_arg.append(not literal)
+        if key is not None:
+            self.const_keys[key] = idx
+        t = Tensor.const(idx)
+        self.note_type(t, aval)
+        return t
+
+    def param(self, prim: Any, params: dict) -> int:
+        try:
+            key = (prim.name, _freeze(params))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is not None and key in self.param_keys:
+            return self.param_keys[key]
+        idx = len(self.params)
+        self.params.append((prim, params))
+        if key is not None:
+            self.param_keys[key] = idx
+        return idx
+
+    def note_type(self, t: Tensor, aval: Any) -> None:
+        self.facts.append(set_(shape(t)).to(Vec[i64](*[i64(int(d)) for d in aval.shape])))
+        self.facts.append(set_(dtype(t)).to(String(str(aval.dtype))))
+
+    # --- walking -----------------------------------------------------------------------------
+    def read(self, env: dict, v: Any) -> Tensor:
+        if compat.is_literal(v):
+            return self.const(v.val, v.aval, literal=True)
+        return env[v]
+
+    def run(self, jaxpr: Any, consts: list[Tensor], args: list[Tensor]) -> list[Tensor]:
+        env: dict[Any, Tensor] = {}
+        for v, t in zip(jaxpr.constvars, consts, strict=True):
+            env[v] = t
+        for v, t in zip(jaxpr.invars, args, strict=True):
+            env[v] = t
+        for eqn in jaxpr.eqns:
+            ins = [self.read(env, v) for v in eqn.invars]
+            name = eqn.primitive.name
+            if name in compat.INLINED_CALLS:
+                body = compat.call_body(eqn)
+                inner_consts = [self.const(c, _aval(c), literal=False) for c in body.consts]
+                outs = self.run(body.jaxpr, inner_consts, ins)
+            else:
+                self.n_equations += 1
+                self.primitives[name] = self.primitives.get(name, 0) + 1
+                outs = self.equation(eqn, ins)
+                for o, v in zip(outs, eqn.outvars, strict=True):
+                    self.note_type(o, v.aval)
+            for v, o in zip(eqn.outvars, outs, strict=True):
+                if not compat.is_dropvar(v):
+                    env[v] = o
+        return [self.read(env, v) for v in jaxpr.outvars]
+
+    def equation(self, eqn: Any, ins: list[Tensor]) -> list[Tensor]:
+        """Terms for one equation's outputs."""
+        name, p = eqn.primitive.name, eqn.params
+        plain = all(v is None for v in p.values())
+        if len(eqn.outvars) == 1 and not eqn.effects:
+            if name in ELEMENTWISE_TYPED and plain and len(ins) == 2:
+                return [ELEMENTWISE_TYPED[name](ins[0], ins[1])]
+            if name == "neg" and plain:
+                return [Tensor.neg(ins[0])]
+            if name in UNARY and plain and len(ins) == 1:
+                return [Tensor.unary(name, ins[0])]
+            if name in BINARY and plain and len(ins) == 2:
+                return [Tensor.binary(name, ins[0], ins[1])]
+            typed = self.structural(eqn, ins)
+            if typed is not None:
+                return [typed]
+            if name in COVERED:
+                return [Tensor.op(name, self.param(eqn.primitive, p), Vec[Tensor](*ins))]
+        idx = len(self.eqns)
+        self.eqns.append(eqn)
+        return [Tensor.opaque(idx, k, Vec[Tensor](*ins)) for k in range(len(eqn.outvars))]
+
+    def structural(self, eqn: Any, ins: list[Tensor]) -> Tensor | None:
+        """Typed dot/transpose/concat/slice/sum where the parameters fit the typed form."""
+        name, p = eqn.primitive.name, eqn.params
+        extra_none = all(v is None for k, v in p.items() if k in ("out_sharding", "sharding"))
+        if name == "dot_general" and extra_none:
+            (lc, rc), (lb, rb) = p["dimension_numbers"]
+            nb = len(lb)
+            if (len(lc) == 1 and len(rc) == 1 and tuple(lb) == tuple(range(nb)) and tuple(rb) == tuple(range(nb))
+                    and lc[0] >= nb and rc[0] >= nb and nb <= 2):
+                cfg = {k: v for k, v in p.items() if k != "dimension_numbers"}
+                return Tensor.dot(ins[0], ins[1], nb, int(lc[0]), int(rc[0]), self.param(eqn.primitive, cfg))
+        if name == "transpose" and len(p["permutation"]) in (2, 3):
+            return Tensor.transpose(ins[0], Vec[i64](*[i64(int(a)) for a in p["permutation"]]))
+        if name == "concatenate" and len(ins) >= 2:
+            out = ins[0]
+            for t in ins[1:]:
+                out = Tensor.concat(out, t, int(p["dimension"]))
+                # intermediate shapes of the nest are derived by the analysis rules
+            return out
+        if name == "slice" and (not p.get("strides") or all(s == 1 for s in p["strides"])):
+            full = eqn.invars[0].aval.shape
+            cut = [i for i, (a, b, n) in enumerate(zip(p["start_indices"], p["limit_indices"], full, strict=True))
+                   if (a, b) != (0, n)]
+            if len(cut) == 1:
+                ax = cut[0]
+                return Tensor.slice(ins[0], ax, int(p["start_indices"][ax]), int(p["limit_indices"][ax]))
+        if name == "reduce_sum" and extra_none and len(p["axes"]) in (1, 2):
+            return Tensor.sum(ins[0], Vec[i64](*[i64(int(a)) for a in sorted(p["axes"])]))
+        return None
+
+
+def _aval(x: Any) -> Any:
+    return compat.get_aval(x)
+
+
+def _freeze(x: Any) -> Any:
+    """A hashable key for parameter dicts (dtypes and tuples compare by value)."""
+    if isinstance(x, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
+    if isinstance(x, list | tuple):
+        return tuple(_freeze(v) for v in x)
+    if isinstance(x, np.dtype):
+        return ("dtype", str(x))
+    hash(x)
+    return x
+
+
+def encode(closed: Any) -> Program:
+    """Load a ClosedJaxpr into a fresh e-graph; raise UnsupportedProgramError for effects."""
+    if closed.effects:
+        names = sorted({type(e).__name__ for e in closed.effects})
+        raise UnsupportedProgramError(f"programs with side effects are not rewritten (effects: {names})")
+    enc = _Encoder(closed)
+    args = []
+    for i, v in enumerate(closed.jaxpr.invars):
+        t = Tensor.var(i)
+        enc.note_type(t, v.aval)
+        args.append(t)
+    consts = [enc.const(c, _aval(c), literal=False) for c in closed.consts]
+    outs = enc.run(closed.jaxpr, consts, args)
+    eg = enc.egraph
+    eg.register(*[Out.of(i, t) for i, t in enumerate(outs)])
+    eg.register(*enc.facts)
+    return Program(
+        egraph=eg,
+        in_avals=[v.aval for v in closed.jaxpr.invars],
+        out_avals=[v.aval for v in closed.jaxpr.outvars],
+        outputs=outs,
+        consts=enc.consts,
+        params=enc.params,
+        eqns=enc.eqns,
+        n_equations=enc.n_equations,
+        primitives=enc.primitives,
+        const_is_arg=enc.const_is_arg,
+    )
+
+
+def params_json(params: dict) -> str:
+    """A readable rendering of a parameter dict (for reports)."""
+    return json.dumps({k: str(v) for k, v in params.items()}, sort_keys=True)

@@ -1,0 +1,224 @@
+"""Extractors: pick one e-node per needed e-class so the program's cost is lowest.
+
+Registered by name (`register_extractor`): `greedy` (DAG-aware: a class's cost is the set of
+distinct nodes below it, so shared subterms count once; tree costs above a size limit), `ilp`
+(exact, HiGHS; falls back to greedy past its size or time limit and says so) and `tree` (plain
+bottom-up sums, the classic egg extractor). Every result reports which extractor actually ran.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import InvalidOptionError
+from .cost import CostModel
+from .graph import EGraphView
+
+__all__ = ["Extraction", "EXTRACTORS", "register_extractor", "get_extractor", "dag_cost", "reachable",
+           "greedy_dag", "tree", "ilp"]
+
+GREEDY_DAG_MAX_CLASSES = 4000
+ILP_MAX_NODES = 3000
+ILP_TIME_LIMIT_S = 5.0
+
+
+@dataclass
+class Extraction:
+    choice: dict[str, str]  # e-class -> node id
+    cost: float
+    extractor: str  # which one ran
+    note: str = ""
+
+
+def node_costs(view: EGraphView, model: CostModel) -> dict[str, float]:
+    costs = {}
+    for nid, n in view.nodes.items():
+        c = float(model.node_cost(n, view))
+        if not c >= 0 or math.isinf(c):
+            raise ValueError(f"cost model {model.name!r} gave {c!r} for {n.op}; costs must be finite and >= 0")
+        costs[nid] = c
+    return costs
+
+
+def reachable(view: EGraphView, choice: dict[str, str], roots: list[str]) -> list[str]:
+    """Classes the choice needs, children before parents; raises on a cycle."""
+    order: list[str] = []
+    state: dict[str, int] = {}
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            c, done = stack.pop()
+            if done:
+                state[c] = 2
+                order.append(c)
+                continue
+            s = state.get(c, 0)
+            if s == 2:
+                continue
+            if s == 1:
+                raise ValueError(f"extracted program has a cycle through e-class {c}")
+            state[c] = 1
+            stack.append((c, True))
+            for ch in view.nodes[choice[c]].children:
+                if state.get(ch, 0) == 1:
+                    raise ValueError(f"extracted program has a cycle through e-class {ch}")
+                if state.get(ch, 0) == 0:
+                    stack.append((ch, False))
+    return order
+
+
+def dag_cost(view: EGraphView, choice: dict[str, str], costs: dict[str, float]) -> float:
+    return sum(costs[choice[c]] for c in reachable(view, choice, view.outputs))
+
+
+def tree(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
+    """Bottom-up fixpoint on tree costs (shared subterms counted at every use)."""
+    best: dict[str, tuple[float, str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for c, nids in view.classes.items():
+            for nid in nids:
+                n = view.nodes[nid]
+                if not all(ch in best for ch in n.children):
+                    continue
+                total = costs[nid] + sum(best[ch][0] for ch in n.children)
+                if c not in best or total < best[c][0] - 1e-18:
+                    best[c] = (total, nid)
+                    changed = True
+    return {c: nid for c, (_, nid) in best.items()}
+
+
+def greedy_dag(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
+    """Bottom-up fixpoint where a class's cost is the sum over the distinct classes below it."""
+    best: dict[str, tuple[float, frozenset[str], str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for c, nids in view.classes.items():
+            for nid in nids:
+                n = view.nodes[nid]
+                if not all(ch in best for ch in n.children):
+                    continue
+                below: set[str] = set()
+                for ch in n.children:
+                    below |= best[ch][1]
+                    below.add(ch)
+                if c in below:
+                    continue  # would close a cycle
+                total = costs[nid] + sum(costs[best[d][2]] for d in below)
+                if c not in best or total < best[c][0] - 1e-18:
+                    best[c] = (total, frozenset(below), nid)
+                    changed = True
+    return {c: nid for c, (_, _, nid) in best.items()}
+
+
+def _greedy(view: EGraphView, costs: dict[str, float]) -> Extraction:
+    if view.n_classes > GREEDY_DAG_MAX_CLASSES:
+        choice = tree(view, costs)
+        return Extraction(choice, dag_cost(view, choice, costs), "tree",
+                          f"{view.n_classes} classes > {GREEDY_DAG_MAX_CLASSES}: tree costs")
+    choice = greedy_dag(view, costs)
+    return Extraction(choice, dag_cost(view, choice, costs), "greedy")
+
+
+def _tree(view: EGraphView, costs: dict[str, float]) -> Extraction:
+    choice = tree(view, costs)
+    return Extraction(choice, dag_cost(view, choice, costs), "tree")
+
+
+def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float = ILP_TIME_LIMIT_S) -> Extraction:
+    """Exact DAG extraction as a 0-1 program solved by HiGHS, warm-started from greedy."""
+    start = _greedy(view, costs)
+    try:
+        import highspy
+    except ImportError:
+        start.note = "highspy not installed: greedy used (pip install 'jaxrw[exact]')"
+        return start
+    live = _live_classes(view)
+    nids = [nid for c in live for nid in view.classes[c]]
+    if len(nids) > ILP_MAX_NODES:
+        start.note = f"{len(nids)} nodes > ILP limit {ILP_MAX_NODES}: greedy used"
+        return start
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    inf = highspy.kHighsInf
+    col = {nid: i for i, nid in enumerate(nids)}
+    big = float(len(live) + 1)
+    for nid in nids:  # x_n in {0, 1}
+        h.addVar(0.0, 1.0)
+        h.changeColCost(col[nid], costs[nid])
+    level = {c: len(nids) + i for i, c in enumerate(live)}
+    for _c in live:  # t_c in [0, |classes|] orders the chosen DAG
+        h.addVar(0.0, big)
+    h.changeColsIntegrality(len(nids), list(range(len(nids))), [highspy.HighsVarType.kInteger] * len(nids))
+    for root in set(view.outputs):
+        idx = [col[n] for n in view.classes[root]]
+        h.addRow(1.0, inf, len(idx), idx, [1.0] * len(idx))
+    for c in live:
+        for nid in view.classes[c]:
+            n = view.nodes[nid]
+            for ch in set(n.children):
+                members = [col[m] for m in view.classes[ch]]
+                # x_n <= sum(x_m for m in child class)
+                h.addRow(0.0, inf, len(members) + 1, [*members, col[nid]], [1.0] * len(members) + [-1.0])
+                if ch == c:
+                    h.addRow(-inf, 0.0, 1, [col[nid]], [1.0])  # a self-loop is never chosen
+                    continue
+                # t_c - t_ch >= 1 - big * (1 - x_n)   <=>   t_c - t_ch - big*x_n >= 1 - big
+                h.addRow(1.0 - big, inf, 3, [level[c], level[ch], col[nid]], [1.0, -1.0, -big])
+    t0 = time.perf_counter()
+    h.run()
+    elapsed = time.perf_counter() - t0
+    status = h.getModelStatus()
+    info = h.getInfo()
+    if info.primal_solution_status != 2:  # no feasible solution found
+        start.note = f"ILP found no solution ({h.modelStatusToString(status)}): greedy used"
+        return start
+    x = h.getSolution().col_value
+    choice = {}
+    for c in live:
+        chosen = [nid for nid in view.classes[c] if x[col[nid]] > 0.5]
+        if chosen:
+            choice[c] = min(chosen, key=lambda nid: costs[nid])
+    try:
+        cost = dag_cost(view, choice, costs)
+    except (KeyError, ValueError) as e:
+        start.note = f"ILP solution unusable ({e}): greedy used"
+        return start
+    if cost > start.cost:
+        start.note = "ILP stopped above the greedy cost: greedy used"
+        return start
+    optimal = status == highspy.HighsModelStatus.kOptimal
+    return Extraction(choice, cost, "ilp", f"{'optimal' if optimal else 'time limit'} in {elapsed:.2f}s")
+
+
+def _live_classes(view: EGraphView) -> list[str]:
+    seen: set[str] = set()
+    stack = list(view.outputs)
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        for nid in view.classes[c]:
+            stack.extend(ch for ch in view.nodes[nid].children if ch not in seen)
+    return sorted(seen)
+
+
+Extractor = Callable[[EGraphView, dict[str, float]], Extraction]
+EXTRACTORS: dict[str, Extractor] = {"greedy": _greedy, "ilp": ilp, "tree": _tree}
+
+
+def register_extractor(name: str, fn: Extractor) -> None:
+    EXTRACTORS[name] = fn
+
+
+def get_extractor(name: str) -> Extractor:
+    if name not in EXTRACTORS:
+        raise InvalidOptionError(f"unknown extractor {name!r}; valid: {sorted(EXTRACTORS)!r}")
+    return EXTRACTORS[name]

@@ -1,0 +1,133 @@
+"""A read-only view of a saturated e-graph: tensor e-classes, their e-nodes, shapes and dtypes.
+
+egglog serializes the e-graph once (`EGraph._serialize`, a JSON document); this module parses it
+into plain Python records that the cost models, extractors and the decoder share, so none of
+them walk egglog's objects or call back into it per node.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from egglog import EGraph
+
+__all__ = ["Node", "EGraphView"]
+
+_TENSOR = ".Tensor"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One e-node: `op` is the constructor name (`dot`, `add`, `opaque`, ...), `children` the tensor
+    e-classes it reads (Vec arguments flattened, in order), `attrs` its other arguments."""
+
+    id: str
+    op: str
+    eclass: str
+    children: tuple[str, ...]
+    attrs: tuple[Any, ...]
+
+
+@dataclass
+class EGraphView:
+    nodes: dict[str, Node]
+    classes: dict[str, list[str]]  # tensor e-class -> node ids
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, str]
+    outputs: list[str]  # output index -> e-class
+    _const: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @classmethod
+    def from_egraph(cls, egraph: EGraph) -> EGraphView:
+        raw = json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
+        return cls.from_json(raw)
+
+    @classmethod
+    def from_json(cls, raw: dict) -> EGraphView:
+        rnodes: dict[str, dict] = raw["nodes"]
+        ctype = {k: v["type"] for k, v in raw["class_data"].items()}
+        by_class: dict[str, list[str]] = {}
+        for nid, n in rnodes.items():
+            by_class.setdefault(n["eclass"], []).append(nid)
+
+        def value(nid: str) -> Any:
+            n = rnodes[nid]
+            t = ctype[n["eclass"]]
+            if t == "i64":
+                return int(n["op"])
+            if t == "String":
+                return json.loads(n["op"])
+            if t.startswith("Vec[") and n["op"] == "Vec":
+                return tuple(value(c) for c in n["children"])
+            raise ValueError(f"unexpected e-graph value {n!r} of type {t}")
+
+        nodes: dict[str, Node] = {}
+        classes: dict[str, list[str]] = {}
+        shapes: dict[str, tuple[int, ...]] = {}
+        dtypes: dict[str, str] = {}
+        outputs: dict[int, str] = {}
+        for nid, n in rnodes.items():
+            op = n["op"]
+            if op in ("shape", "dtype"):
+                target = rnodes[n["children"][0]]["eclass"]
+                vnode = next(v for v in by_class[n["eclass"]] if rnodes[v]["op"] not in ("shape", "dtype"))
+                (shapes if op == "shape" else dtypes)[target] = value(vnode)
+                continue
+            if op == "Out.of":
+                outputs[value(n["children"][0])] = rnodes[n["children"][1]]["eclass"]
+                continue
+            if not ctype.get(n["eclass"], "").endswith(_TENSOR):
+                continue
+            children: list[str] = []
+            attrs: list[Any] = []
+            for c in n["children"]:
+                cn = rnodes[c]
+                t = ctype[cn["eclass"]]
+                if t.endswith(_TENSOR):
+                    children.append(cn["eclass"])
+                elif t.startswith("Vec[") and t.endswith(_TENSOR + "]"):
+                    children.extend(rnodes[e]["eclass"] for e in cn["children"])
+                else:
+                    attrs.append(value(c))
+            name = op.split(".", 1)[1] if op.startswith("Tensor.") else op
+            nodes[nid] = Node(nid, name, n["eclass"], tuple(children), tuple(attrs))
+            classes.setdefault(n["eclass"], []).append(nid)
+        missing = [c for c in classes if c not in shapes]
+        if missing:
+            raise ValueError(f"{len(missing)} e-classes have no shape (first: {missing[0]})")
+        return cls(nodes, classes, shapes, dtypes, [outputs[i] for i in sorted(outputs)])
+
+    def is_constant(self, eclass: str) -> bool:
+        """True when some node of the class is built from constants only (no program inputs)."""
+        if not self._const:
+            self._const = _constant_classes(self)
+        return self._const.get(eclass, False)
+
+
+def _constant_classes(view: EGraphView) -> dict[str, bool]:
+    const = {c: False for c in view.classes}
+    changed = True
+    while changed:
+        changed = False
+        for c, nids in view.classes.items():
+            if const[c]:
+                continue
+            for nid in nids:
+                n = view.nodes[nid]
+                if n.op == "var" or n.op == "opaque":
+                    continue
+                if n.op == "const" or all(const[ch] for ch in n.children):
+                    const[c] = True
+                    changed = True
+                    break
+    return const

@@ -1,0 +1,135 @@
+"""Device profiles: the measured constants a cost model prices kernels with.
+
+Built-in profiles: `h200` (measured on an NVIDIA H200; see bench/README.md) and `cpu` (a 2-core
+x86 machine). `jaxrw calibrate` measures the current device and saves a profile as JSON in the
+user cache directory; `default_profile()` prefers that file when it matches the device kind.
+Profile files are data: they are validated on load and a malformed one is ignored with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import InvalidOptionError
+
+__all__ = ["Profile", "PROFILES", "get_profile", "default_profile", "cache_dir", "save_profile", "load_profile"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Rates of one device. Matrix rates are FLOP/s by dtype name; bandwidth is bytes/s of a
+    read+write copy; `gemm_efficiency` maps a size bucket (log2 of the smallest of m, n, k) to
+    the fraction of the peak matrix rate such a GEMM reaches."""
+
+    name: str
+    kind: str  # "cuda" or "cpu"
+    matmul_flops: dict[str, float]
+    vector_flops: float
+    bandwidth: float
+    launch_s: float
+    gemm_efficiency: dict[int, float] = field(default_factory=dict)
+    source: str = "built-in"
+
+    def matmul_rate(self, dtype: str) -> float:
+        return self.matmul_flops.get(dtype, self.matmul_flops.get("float32", self.vector_flops))
+
+    def efficiency(self, m: int, n: int, k: int) -> float:
+        """Fraction of peak a GEMM of this size reaches (small GEMMs waste the machine)."""
+        if not self.gemm_efficiency:
+            return 1.0
+        smallest = max(1, min(m, n, k))
+        bucket = smallest.bit_length() - 1
+        keys = sorted(self.gemm_efficiency)
+        best = keys[0]
+        for key in keys:
+            if key <= bucket:
+                best = key
+        return self.gemm_efficiency[best]
+
+
+# H200: bf16 GEMM ~790 TFLOP/s and ~4.3 TB/s device copy measured on the device (DESIGN.md);
+# float32 under jax's default precision runs as TF32 at ~340 TFLOP/s. The efficiency table is a
+# first estimate for thin GEMMs (a matrix-vector product is bandwidth bound: the roofline's byte
+# term already prices it, so the table only discounts the FLOP term).
+H200 = Profile(
+    name="h200",
+    kind="cuda",
+    matmul_flops={"bfloat16": 790e12, "float16": 790e12, "float32": 340e12, "float64": 60e12,
+                  "int8": 1500e12, "int32": 30e12},
+    vector_flops=60e12,
+    bandwidth=4.3e12,
+    launch_s=3e-6,
+    gemm_efficiency={0: 0.02, 4: 0.1, 6: 0.3, 8: 0.6, 10: 0.85, 12: 0.95},
+)
+
+# A 2-core x86 CPU (this project's CI machine class): f32 GEMM ~60 GFLOP/s, ~8 GB/s copies.
+CPU = Profile(
+    name="cpu",
+    kind="cpu",
+    matmul_flops={"float32": 60e9, "float64": 30e9, "bfloat16": 15e9, "float16": 15e9, "int32": 10e9},
+    vector_flops=8e9,
+    bandwidth=8e9,
+    launch_s=2e-6,
+    gemm_efficiency={0: 0.1, 3: 0.3, 5: 0.6, 7: 0.9},
+)
+
+PROFILES: dict[str, Profile] = {"h200": H200, "cpu": CPU}
+
+
+def get_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise InvalidOptionError(f"unknown device profile {name!r}; valid: {sorted(PROFILES)!r}")
+    return PROFILES[name]
+
+
+def cache_dir() -> Path:
+    """Where jaxrw keeps calibrated profiles and autotune choices ($JAXRW_CACHE_DIR overrides)."""
+    root = os.environ.get("JAXRW_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jaxrw")
+    return Path(root)
+
+
+def save_profile(profile: Profile, path: Path | None = None) -> Path:
+    path = path or cache_dir() / f"profile-{profile.kind}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = asdict(profile)
+    data["gemm_efficiency"] = {str(k): v for k, v in profile.gemm_efficiency.items()}
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    return path
+
+
+def load_profile(path: Path) -> Profile | None:
+    """A profile from JSON, or None (with a warning) when the file is missing fields or malformed."""
+    try:
+        data = json.loads(path.read_text())
+        prof = Profile(
+            name=str(data["name"]),
+            kind=str(data["kind"]),
+            matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
+            vector_flops=float(data["vector_flops"]),
+            bandwidth=float(data["bandwidth"]),
+            launch_s=float(data["launch_s"]),
+            gemm_efficiency={int(k): float(v) for k, v in data.get("gemm_efficiency", {}).items()},
+            source=str(path),
+        )
+        rates = [prof.vector_flops, prof.bandwidth, *prof.matmul_flops.values()]
+        if not all(r > 0 and r < 1e18 for r in rates) or not 0 <= prof.launch_s < 1:
+            raise ValueError("rates out of range")
+        return prof
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        warnings.warn(f"jaxrw: ignoring malformed profile {path}: {e}", stacklevel=2)
+        return None
+
+
+def default_profile(kind: str) -> Profile:
+    """A calibrated profile for this device kind if one was saved, else the built-in one."""
+    saved = cache_dir() / f"profile-{kind}.json"
+    if saved.exists():
+        prof = load_profile(saved)
+        if prof is not None and prof.kind == kind:
+            return prof
+    return H200 if kind == "cuda" else CPU

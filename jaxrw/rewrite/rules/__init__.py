@@ -1,0 +1,85 @@
+"""The rule registry. Each family module registers its rules here on import.
+
+A `Rule` has a stable name, its identity in one line, its side conditions, an exactness tag
+(exact in floating point, or exact only in real arithmetic) and an `example`: a small program
+where it applies, which the tests use to check it numerically against a float64 reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import InvalidOptionError
+
+__all__ = ["Rule", "RULES", "register_rule", "select_rules", "families"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    family: str
+    identity: str
+    exact: bool  # True: exact in floating point; False: exact in real arithmetic only
+    build: Callable[[], list[Any]] = field(repr=False, compare=False)
+    conditions: str = ""
+    # example(rng, dtype) -> (fn, args): a program in which this rule fires
+    example: Callable[[Any, str], tuple[Callable, tuple]] | None = field(default=None, repr=False, compare=False)
+    dtypes: tuple[str, ...] = ("float32", "bfloat16")  # dtypes the example is checked in
+
+    def rewrites(self) -> list[Any]:
+        cached = _BUILT.get(self.name)
+        if cached is None:
+            cached = _BUILT[self.name] = list(self.build())
+        return cached
+
+
+RULES: dict[str, Rule] = {}
+_BUILT: dict[str, list[Any]] = {}
+
+
+def register_rule(rule: Rule) -> Rule:
+    if rule.name in RULES and RULES[rule.name] is not rule:
+        raise ValueError(f"rule name {rule.name!r} is already registered")
+    RULES[rule.name] = rule
+    return rule
+
+
+def families() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in RULES.values():
+        out.setdefault(r.family, []).append(r.name)
+    return out
+
+
+def select_rules(spec: str | Sequence[str] | None, numerics: str = "default") -> list[Rule]:
+    """Rules named by `spec` (rule names or family names; None or "all" = every rule), keeping
+    only floating-point-exact rules when numerics == "strict"."""
+    _load_families()
+    if spec is None or spec == "all":
+        chosen = list(RULES.values())
+    else:
+        names = [spec] if isinstance(spec, str) else list(spec)
+        fams = families()
+        chosen = []
+        for name in names:
+            if name in RULES:
+                chosen.append(RULES[name])
+            elif name in fams:
+                chosen.extend(RULES[n] for n in fams[name])
+            else:
+                valid = sorted([*RULES, *fams])
+                raise InvalidOptionError(f"unknown rule or family {name!r}; valid: {valid!r}")
+    if numerics == "strict":
+        chosen = [r for r in chosen if r.exact]
+    seen: set[str] = set()
+    return [r for r in chosen if not (r.name in seen or seen.add(r.name))]
+
+
+def _load_families() -> None:
+    from . import dot  # noqa: F401  (registers on import)
+
+
+def rules_of(items: Iterable[Rule]) -> list[Any]:
+    return [rw for r in items for rw in r.rewrites()]

@@ -1,0 +1,232 @@
+"""The rewrite pipeline for one jaxpr: encode, run rules within limits, extract, guard, decode.
+
+The runner always says why it stopped (`StopReason`) and returns a `RewriteReport` whose repr is
+a table: e-graph size, iterations, rules that fired, predicted cost before and after, which
+extractor ran and the time of each phase.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from egglog import run as run_schedule
+
+from ..errors import InvalidOptionError, RewriteStageError
+from .cost import CostModel, get_cost_model
+from .decode import decode
+from .encode import Program, encode
+from .extract import Extraction, dag_cost, get_extractor, node_costs
+from .graph import EGraphView
+from .profiles import Profile
+from .rules import Rule, select_rules
+from .terms import analysis
+
+__all__ = ["Limits", "StopReason", "RewriteReport", "RewriteResult", "rewrite_jaxpr", "NUMERICS"]
+
+NUMERICS = ("strict", "default", "fast")
+
+
+class StopReason(enum.Enum):
+    SATURATED = "saturated"
+    ITERATION_LIMIT = "iteration limit"
+    NODE_LIMIT = "node limit"
+    TIME_LIMIT = "time limit"
+    NO_RULES = "no rules"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on equality saturation. The run stops at the first one reached and says which."""
+
+    iterations: int = 12
+    nodes: int = 50_000
+    time_s: float = 10.0
+    # the guard: a rewrite is taken only when it is predicted this fraction faster
+    min_gain: float = 0.03
+
+    def __post_init__(self):
+        for name in ("iterations", "nodes", "time_s"):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or v <= 0:
+                raise InvalidOptionError(f"limits.{name} must be a positive number; got {v!r}")
+        if not 0 <= self.min_gain < 1:
+            raise InvalidOptionError(f"limits.min_gain must be in [0, 1); got {self.min_gain!r}")
+
+
+@dataclass
+class RewriteReport:
+    n_equations: int = 0
+    n_outputs: int = 0
+    egraph_nodes: int = 0
+    egraph_classes: int = 0
+    iterations: int = 0
+    stop_reason: StopReason = StopReason.NO_RULES
+    rules_fired: dict[str, int] = field(default_factory=dict)
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+    cost_model: str = ""
+    extractor: str = ""
+    extractor_note: str = ""
+    rewritten: bool = False  # False: the guard kept the original program
+    guard_note: str = ""
+    phase_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.cost_before / self.cost_after if self.cost_after > 0 else 1.0
+
+    def rows(self) -> list[tuple[str, str]]:
+        fired = ", ".join(f"{k}×{v}" for k, v in sorted(self.rules_fired.items())) or "none"
+        phases = " ".join(f"{k} {v * 1e3:.0f}ms" for k, v in self.phase_s.items())
+        return [
+            ("equations", str(self.n_equations)),
+            ("e-graph", f"{self.egraph_nodes} nodes, {self.egraph_classes} classes"),
+            ("iterations", f"{self.iterations} (stop: {self.stop_reason.value})"),
+            ("rules fired", fired),
+            ("cost model", self.cost_model),
+            ("extractor", self.extractor + (f" ({self.extractor_note})" if self.extractor_note else "")),
+            ("predicted", f"{self.cost_before:.3g} -> {self.cost_after:.3g} ({self.predicted_speedup:.2f}x)"),
+            ("result", "rewritten" if self.rewritten else f"original kept ({self.guard_note})"),
+            ("phases", phases),
+        ]
+
+    def __repr__(self) -> str:
+        rows = self.rows()
+        w = max(len(k) for k, _ in rows)
+        return "RewriteReport\n" + "\n".join(f"  {k:<{w}}  {v}" for k, v in rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n_equations": self.n_equations, "egraph_nodes": self.egraph_nodes,
+            "egraph_classes": self.egraph_classes, "iterations": self.iterations,
+            "stop_reason": self.stop_reason.value, "rules_fired": dict(self.rules_fired),
+            "cost_before": self.cost_before, "cost_after": self.cost_after, "cost_model": self.cost_model,
+            "extractor": self.extractor, "extractor_note": self.extractor_note, "rewritten": self.rewritten,
+            "guard_note": self.guard_note, "phase_s": dict(self.phase_s),
+        }
+
+
+@dataclass
+class RewriteResult:
+    fn: Callable[..., list[Any]] | None  # None: keep the original program
+    report: RewriteReport
+    program: Program
+    view: EGraphView | None = None
+    extraction: Extraction | None = None
+    costs: dict[str, float] | None = None
+
+
+def _stage(name: str, fn: Callable, *args: Any, **kw: Any) -> Any:
+    try:
+        return fn(*args, **kw)
+    except RewriteStageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every internal failure is reported with its stage
+        raise RewriteStageError(name, e) from e
+
+
+def saturate(program: Program, rules: Sequence[Rule], limits: Limits, report: RewriteReport) -> None:
+    """Run `rules` (with the shape analysis) until saturation or a limit; fill the report."""
+    eg = program.egraph
+    eg.run(analysis.saturate())
+    if not rules:
+        report.stop_reason = StopReason.NO_RULES
+        return
+    from egglog import ruleset
+
+    decl_names = {}
+    rewrites = []
+    for r in rules:
+        for rw in r.rewrites():
+            decl_names[rw.decl] = r.name
+            rewrites.append(rw)
+    rs = ruleset(*rewrites, name=f"jaxrw_rules_{id(program)}")
+    t0 = time.perf_counter()
+    report.stop_reason = StopReason.ITERATION_LIMIT
+    for i in range(limits.iterations):
+        rep = eg.run(run_schedule(rs) + analysis.saturate())
+        report.iterations = i + 1
+        for decl, n in rep.num_matches_per_rule.items():
+            name = decl_names.get(decl)
+            if name and n:
+                report.rules_fired[name] = report.rules_fired.get(name, 0) + n
+        if not rep.updated:
+            report.stop_reason = StopReason.SATURATED
+            break
+        size = sum(n for _, n in eg.all_function_sizes())
+        if size > limits.nodes:
+            report.stop_reason = StopReason.NODE_LIMIT
+            break
+        if time.perf_counter() - t0 > limits.time_s:
+            report.stop_reason = StopReason.TIME_LIMIT
+            break
+
+
+def rewrite_jaxpr(
+    closed: Any,
+    *,
+    rules: str | Sequence[str] | None = None,
+    cost_model: str | CostModel = "roofline",
+    profile: Profile,
+    extractor: str = "greedy",
+    limits: Limits | None = None,
+    numerics: str = "default",
+    force: bool = False,
+) -> RewriteResult:
+    """Optimize one ClosedJaxpr. `force=True` skips the guard (for tests and measured top-k)."""
+    limits = limits or Limits()
+    model = get_cost_model(cost_model, profile)
+    extract_fn = get_extractor(extractor)
+    chosen = select_rules(rules, numerics)
+    report = RewriteReport(cost_model=model.name)
+    t = time.perf_counter()
+    program = _stage("encode", encode, closed)
+    report.n_equations, report.n_outputs = program.n_equations, len(program.outputs)
+    report.phase_s["encode"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    _stage("rewrite", lambda: program.egraph.run(analysis.saturate()))
+    before = _stage("rewrite", EGraphView.from_egraph, program.egraph)
+    _stage("rewrite", saturate, program, chosen, limits, report)
+    report.phase_s["rewrite"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    view = _stage("extract", EGraphView.from_egraph, program.egraph)
+    report.egraph_nodes, report.egraph_classes = view.n_nodes, view.n_classes
+    costs = _stage("extract", node_costs, view, model)
+    ex = _stage("extract", extract_fn, view, costs)
+    report.extractor, report.extractor_note = ex.extractor, ex.note
+    report.cost_after = ex.cost
+    before_costs = _stage("extract", node_costs, before, model)
+    report.cost_before = dag_cost(before, _only_choice(before), before_costs)
+    report.phase_s["extract"] = time.perf_counter() - t
+
+    gain = 1.0 - report.cost_after / report.cost_before if report.cost_before > 0 else 0.0
+    if not force and gain < limits.min_gain:
+        report.rewritten = False
+        report.guard_note = f"predicted gain {gain * 100:.1f}% < margin {limits.min_gain * 100:.0f}%"
+        report.cost_after = report.cost_before
+        return RewriteResult(None, report, program, view, ex, costs)
+
+    t = time.perf_counter()
+    original = frozenset(_original_classes(before, view))
+    fn = _stage("decode", decode, program, view, ex.choice, original)
+    report.phase_s["decode"] = time.perf_counter() - t
+    report.rewritten = True
+    return RewriteResult(fn, report, program, view, ex, costs)
+
+
+def _only_choice(view: EGraphView) -> dict[str, str]:
+    """The program as written: before any rule, the cheapest node per class is the original one
+    (classes hold one node each except where identical equations were shared)."""
+    return {c: nids[0] for c, nids in view.classes.items()}
+
+
+def _original_classes(before: EGraphView, after: EGraphView) -> set[str]:
+    """Classes of `after` that contain an original node (same op and attributes and children)."""
+    keys = {(n.op, n.attrs) for n in before.nodes.values()}
+    return {n.eclass for n in after.nodes.values() if (n.op, n.attrs) in keys}
