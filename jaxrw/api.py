@@ -49,7 +49,11 @@ def tolerance(dtype: Any) -> float:
 def relative_error(got: Any, want: Any) -> float:
     """||got - want|| / ||want|| in float64 (0 when both are zero; inf when shapes differ or
     NaN/Inf appear in one but not the other)."""
-    g = np.asarray(got, dtype=np.float64) if np.asarray(got).dtype != bool else np.asarray(got, dtype=np.float64)
+    g = (
+        np.asarray(got, dtype=np.float64)
+        if np.asarray(got).dtype != bool
+        else np.asarray(got, dtype=np.float64)
+    )
     w = np.asarray(want, dtype=np.float64)
     if g.shape != w.shape:
         return float("inf")
@@ -71,7 +75,7 @@ class _Entry:
     fallback: str | None = None  # the cause, when jax.jit runs instead
 
 
-@dataclass
+@dataclass(eq=False)  # hashable by identity, like a jitted function
 class Optimized:
     """The callable `optimize` returns. Call it like the original function."""
 
@@ -94,8 +98,12 @@ class Optimized:
 
     def __post_init__(self):
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
-        self._jitted = jax.jit(self.fn, static_argnums=self.static_argnums, static_argnames=self.static_argnames,
-                               donate_argnums=self.donate_argnums)
+        self._jitted = jax.jit(
+            self.fn,
+            static_argnums=self.static_argnums,
+            static_argnames=self.static_argnames,
+            donate_argnums=self.donate_argnums,
+        )
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -163,10 +171,20 @@ class Optimized:
         closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*specs)
         out_tree = jax.tree_util.tree_structure(out_shape)
         try:
-            profile = self.profile if isinstance(self.profile, Profile) else (
-                get_profile(self.profile) if self.profile else default_profile(compat.device_kind()))
-            result = rewrite_jaxpr(closed, rules=self.rules, cost_model=self.cost_model, profile=profile,
-                                   extractor=self.extractor, limits=self.limits, numerics=self.numerics)
+            profile = (
+                self.profile
+                if isinstance(self.profile, Profile)
+                else (get_profile(self.profile) if self.profile else default_profile(compat.device_kind()))
+            )
+            result = rewrite_jaxpr(
+                closed,
+                rules=self.rules,
+                cost_model=self.cost_model,
+                profile=profile,
+                extractor=self.extractor,
+                limits=self.limits,
+                numerics=self.numerics,
+            )
         except JaxrwError as e:
             if self.strict:
                 raise
@@ -216,7 +234,8 @@ class Optimized:
             err = relative_error(g, w)
             if err > tol:
                 raise VerificationError(
-                    f"{_name(self.fn)}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}")
+                    f"{_name(self.fn)}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}"
+                )
 
 
 def _name(fn: Callable) -> str:
@@ -231,7 +250,8 @@ def _leaf_key(x: Any) -> tuple:
         return ("py", type(x).__name__)
     raise InvalidOptionError(
         f"argument leaf {x!r} of type {type(x).__name__} is not an array; valid: jax/numpy arrays and Python "
-        "scalars (mark other values static with static_argnums/static_argnames)")
+        "scalars (mark other values static with static_argnums/static_argnames)"
+    )
 
 
 def _spec(x: Any) -> Any:
@@ -245,7 +265,8 @@ def _static_key(v: Any, what: str) -> Any:
     except TypeError as e:
         raise InvalidOptionError(
             f"static {what} must be hashable; got {type(v).__name__} {v!r} (valid: hashable values such as "
-            "int, str, tuple)") from e
+            "int, str, tuple)"
+        ) from e
     return v
 
 
@@ -296,13 +317,18 @@ def optimize(
         static_argnums=_norm_argnums(static_argnums, "static_argnums"),
         static_argnames=names,
         donate_argnums=_norm_argnums(donate_argnums, "donate_argnums"),
-        rules=rules, cost_model=cost_model, extractor=extractor, profile=profile, verify=verify,
-        strict=strict, limits=limits or Limits(), numerics=numerics, schedule=schedule,
+        rules=rules,
+        cost_model=cost_model,
+        extractor=extractor,
+        profile=profile,
+        verify=verify,
+        strict=strict,
+        limits=limits or Limits(),
+        numerics=numerics,
+        schedule=schedule,
     )
     if fn is None:
         return lambda f: Optimized(f, **opts)
     if not callable(fn):
         raise InvalidOptionError(f"optimize expects a callable; got {type(fn).__name__}")
     return Optimized(fn, **opts)
-
-

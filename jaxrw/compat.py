@@ -38,8 +38,11 @@ def call_body(eqn: Any) -> ClosedJaxpr:
 
 
 def bind_equation(prim: Any, params: dict, args: list) -> list:
-    """Bind `prim` like jax.core.eval_jaxpr does, always returning a list of outputs."""
-    subfuns, bind_params = prim.get_bind_params(params)
+    """Bind `prim` like jax.core.eval_jaxpr does, always returning a list of outputs.
+    jax 0.11 and 0.12: get_bind_params returns the params alone (older jax also returned
+    "subfuns" to pass before the operands; both shapes are accepted)."""
+    got = prim.get_bind_params(params)
+    subfuns, bind_params = got if isinstance(got, tuple) else ((), got)
     out = prim.bind(*subfuns, *args, **bind_params)
     return list(out) if prim.multiple_results else [out]
 

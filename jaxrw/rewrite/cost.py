@@ -24,13 +24,43 @@ from ..errors import InvalidOptionError
 from .graph import EGraphView, Node
 from .profiles import Profile
 
-__all__ = ["CostModel", "Roofline", "FlopsBytes", "register_cost_model", "get_cost_model", "COST_MODELS",
-           "node_flops", "itemsize"]
+__all__ = [
+    "CostModel",
+    "Roofline",
+    "FlopsBytes",
+    "register_cost_model",
+    "get_cost_model",
+    "COST_MODELS",
+    "node_flops",
+    "itemsize",
+]
 
 # Ops XLA fuses into their neighbours: priced by the bytes they write, with no launch of their own.
-FUSIBLE = frozenset({"add", "sub", "mul", "div", "neg", "unary", "binary", "broadcast_in_dim", "reshape",
-                     "squeeze", "expand_dims", "convert_element_type", "select_n", "integer_pow", "iota",
-                     "clamp", "copy", "copy_p", "stop_gradient", "square", "slice"})
+FUSIBLE = frozenset(
+    {
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "neg",
+        "unary",
+        "binary",
+        "broadcast_in_dim",
+        "reshape",
+        "squeeze",
+        "expand_dims",
+        "convert_element_type",
+        "select_n",
+        "integer_pow",
+        "iota",
+        "clamp",
+        "copy",
+        "copy_p",
+        "stop_gradient",
+        "square",
+        "slice",
+    }
+)
 # Fraction of the output bytes an op inside a fusion still costs (its share of the fused kernel).
 FUSED_SHARE = 0.5
 
@@ -124,7 +154,8 @@ class Roofline:
 
 def _fusible_class(view: EGraphView, eclass: str) -> bool:
     return any(
-        view.nodes[n].op in FUSIBLE and view.nodes[n].op != "slice" for n in view.classes.get(eclass, ()))
+        view.nodes[n].op in FUSIBLE and view.nodes[n].op != "slice" for n in view.classes.get(eclass, ())
+    )
 
 
 class FlopsBytes:
@@ -158,4 +189,6 @@ def get_cost_model(spec: str | CostModel, profile: Profile) -> CostModel:
     if isinstance(spec, CostModel):
         return spec
     raise InvalidOptionError(
-        f"cost_model must be a registered name or have node_cost(); got {spec!r}; valid: {sorted(COST_MODELS)!r}")
+        f"cost_model must be a registered name or have node_cost(); got {spec!r}; "
+        f"valid: {sorted(COST_MODELS)!r}"
+    )

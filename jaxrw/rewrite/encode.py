@@ -21,19 +21,87 @@ from .terms import Out, Tensor, dtype, new_egraph, shape
 __all__ = ["Program", "encode", "UNARY", "BINARY", "ELEMENTWISE_TYPED"]
 
 # Elementwise primitives with a typed or named constructor (decoded through jax.lax).
-ELEMENTWISE_TYPED = {"add": Tensor.add, "add_any": Tensor.add, "sub": Tensor.sub, "mul": Tensor.mul,
-                     "div": Tensor.div}
-UNARY = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan", "sqrt",
-                   "rsqrt", "cbrt", "abs", "sign", "floor", "ceil", "erf", "erf_inv", "is_finite", "not",
-                   "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "square"})
-BINARY = frozenset({"max", "min", "pow", "atan2", "rem", "and", "or", "xor", "eq", "ne", "lt", "le", "gt",
-                    "ge", "nextafter"})
+ELEMENTWISE_TYPED = {
+    "add": Tensor.add,
+    "add_any": Tensor.add,
+    "sub": Tensor.sub,
+    "mul": Tensor.mul,
+    "div": Tensor.div,
+}
+UNARY = frozenset(
+    {
+        "exp",
+        "exp2",
+        "log",
+        "log1p",
+        "expm1",
+        "tanh",
+        "logistic",
+        "sin",
+        "cos",
+        "tan",
+        "sqrt",
+        "rsqrt",
+        "cbrt",
+        "abs",
+        "sign",
+        "floor",
+        "ceil",
+        "erf",
+        "erf_inv",
+        "is_finite",
+        "not",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "square",
+    }
+)
+BINARY = frozenset(
+    {"max", "min", "pow", "atan2", "rem", "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge", "nextafter"}
+)
 # Covered primitives kept with their parameters (bound exactly as traced).
-COVERED = frozenset({"reshape", "broadcast_in_dim", "squeeze", "expand_dims", "pad", "reduce_max", "reduce_min",
-                     "reduce_prod", "convert_element_type", "select_n", "iota", "integer_pow", "slice",
-                     "concatenate", "transpose", "reduce_sum", "dot_general", "copy", "copy_p", "stop_gradient",
-                     "clamp", "argmax", "argmin", "cumsum", "dynamic_slice", "dynamic_update_slice", "rev",
-                     "reduce_precision", "square", "neg"} | UNARY | BINARY)
+COVERED = frozenset(
+    {
+        "reshape",
+        "broadcast_in_dim",
+        "squeeze",
+        "expand_dims",
+        "pad",
+        "reduce_max",
+        "reduce_min",
+        "reduce_prod",
+        "convert_element_type",
+        "select_n",
+        "iota",
+        "integer_pow",
+        "slice",
+        "concatenate",
+        "transpose",
+        "reduce_sum",
+        "dot_general",
+        "copy",
+        "copy_p",
+        "stop_gradient",
+        "clamp",
+        "argmax",
+        "argmin",
+        "cumsum",
+        "dynamic_slice",
+        "dynamic_update_slice",
+        "rev",
+        "reduce_precision",
+        "square",
+        "neg",
+    }
+    | UNARY
+    | BINARY
+)
 
 
 @dataclass
@@ -163,8 +231,15 @@ class _Encoder:
         if name == "dot_general" and extra_none:
             (lc, rc), (lb, rb) = p["dimension_numbers"]
             nb = len(lb)
-            if (len(lc) == 1 and len(rc) == 1 and tuple(lb) == tuple(range(nb)) and tuple(rb) == tuple(range(nb))
-                    and lc[0] >= nb and rc[0] >= nb and nb <= 2):
+            if (
+                len(lc) == 1
+                and len(rc) == 1
+                and tuple(lb) == tuple(range(nb))
+                and tuple(rb) == tuple(range(nb))
+                and lc[0] >= nb
+                and rc[0] >= nb
+                and nb <= 2
+            ):
                 cfg = {k: v for k, v in p.items() if k != "dimension_numbers"}
                 return Tensor.dot(ins[0], ins[1], nb, int(lc[0]), int(rc[0]), self.param(eqn.primitive, cfg))
         if name == "transpose" and len(p["permutation"]) in (2, 3):
@@ -177,8 +252,11 @@ class _Encoder:
             return out
         if name == "slice" and (not p.get("strides") or all(s == 1 for s in p["strides"])):
             full = eqn.invars[0].aval.shape
-            cut = [i for i, (a, b, n) in enumerate(zip(p["start_indices"], p["limit_indices"], full, strict=True))
-                   if (a, b) != (0, n)]
+            cut = [
+                i
+                for i, (a, b, n) in enumerate(zip(p["start_indices"], p["limit_indices"], full, strict=True))
+                if (a, b) != (0, n)
+            ]
             if len(cut) == 1:
                 ax = cut[0]
                 return Tensor.slice(ins[0], ax, int(p["start_indices"][ax]), int(p["limit_indices"][ax]))

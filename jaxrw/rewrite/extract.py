@@ -17,8 +17,17 @@ from ..errors import InvalidOptionError
 from .cost import CostModel
 from .graph import EGraphView
 
-__all__ = ["Extraction", "EXTRACTORS", "register_extractor", "get_extractor", "dag_cost", "reachable",
-           "greedy_dag", "tree", "ilp"]
+__all__ = [
+    "Extraction",
+    "EXTRACTORS",
+    "register_extractor",
+    "get_extractor",
+    "dag_cost",
+    "reachable",
+    "greedy_dag",
+    "tree",
+    "ilp",
+]
 
 GREEDY_DAG_MAX_CLASSES = 4000
 ILP_MAX_NODES = 3000
@@ -38,7 +47,9 @@ def node_costs(view: EGraphView, model: CostModel) -> dict[str, float]:
     for nid, n in view.nodes.items():
         c = float(model.node_cost(n, view))
         if not c >= 0 or math.isinf(c):
-            raise ValueError(f"cost model {model.name!r} gave {c!r} for {n.op}; costs must be finite and >= 0")
+            raise ValueError(
+                f"cost model {model.name!r} gave {c!r} for {n.op}; costs must be finite and >= 0"
+            )
         costs[nid] = c
     return costs
 
@@ -119,8 +130,12 @@ def greedy_dag(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
 def _greedy(view: EGraphView, costs: dict[str, float]) -> Extraction:
     if view.n_classes > GREEDY_DAG_MAX_CLASSES:
         choice = tree(view, costs)
-        return Extraction(choice, dag_cost(view, choice, costs), "tree",
-                          f"{view.n_classes} classes > {GREEDY_DAG_MAX_CLASSES}: tree costs")
+        return Extraction(
+            choice,
+            dag_cost(view, choice, costs),
+            "tree",
+            f"{view.n_classes} classes > {GREEDY_DAG_MAX_CLASSES}: tree costs",
+        )
     choice = greedy_dag(view, costs)
     return Extraction(choice, dag_cost(view, choice, costs), "greedy")
 

@@ -16,7 +16,15 @@ from pathlib import Path
 
 from ..errors import InvalidOptionError
 
-__all__ = ["Profile", "PROFILES", "get_profile", "default_profile", "cache_dir", "save_profile", "load_profile"]
+__all__ = [
+    "Profile",
+    "PROFILES",
+    "get_profile",
+    "default_profile",
+    "cache_dir",
+    "save_profile",
+    "load_profile",
+]
 
 
 @dataclass(frozen=True)
@@ -58,8 +66,14 @@ class Profile:
 H200 = Profile(
     name="h200",
     kind="cuda",
-    matmul_flops={"bfloat16": 790e12, "float16": 790e12, "float32": 340e12, "float64": 60e12,
-                  "int8": 1500e12, "int32": 30e12},
+    matmul_flops={
+        "bfloat16": 790e12,
+        "float16": 790e12,
+        "float32": 340e12,
+        "float64": 60e12,
+        "int8": 1500e12,
+        "int32": 30e12,
+    },
     vector_flops=60e12,
     bandwidth=4.3e12,
     launch_s=3e-6,
@@ -89,7 +103,8 @@ def get_profile(name: str) -> Profile:
 def cache_dir() -> Path:
     """Where jaxrw keeps calibrated profiles and autotune choices ($JAXRW_CACHE_DIR overrides)."""
     root = os.environ.get("JAXRW_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jaxrw")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jaxrw"
+    )
     return Path(root)
 
 

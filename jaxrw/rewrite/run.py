@@ -101,12 +101,20 @@ class RewriteReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "n_equations": self.n_equations, "egraph_nodes": self.egraph_nodes,
-            "egraph_classes": self.egraph_classes, "iterations": self.iterations,
-            "stop_reason": self.stop_reason.value, "rules_fired": dict(self.rules_fired),
-            "cost_before": self.cost_before, "cost_after": self.cost_after, "cost_model": self.cost_model,
-            "extractor": self.extractor, "extractor_note": self.extractor_note, "rewritten": self.rewritten,
-            "guard_note": self.guard_note, "phase_s": dict(self.phase_s),
+            "n_equations": self.n_equations,
+            "egraph_nodes": self.egraph_nodes,
+            "egraph_classes": self.egraph_classes,
+            "iterations": self.iterations,
+            "stop_reason": self.stop_reason.value,
+            "rules_fired": dict(self.rules_fired),
+            "cost_before": self.cost_before,
+            "cost_after": self.cost_after,
+            "cost_model": self.cost_model,
+            "extractor": self.extractor,
+            "extractor_note": self.extractor_note,
+            "rewritten": self.rewritten,
+            "guard_note": self.guard_note,
+            "phase_s": dict(self.phase_s),
         }
 
 

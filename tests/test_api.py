@@ -1,0 +1,205 @@
+"""optimize(): the first real wins, jit-like behaviour, cache, fallback, strict and verify."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrw
+from jaxrw import api
+from jaxrw.errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError
+
+
+def _rand(seed, *shapes):
+    rng = np.random.default_rng(seed)
+    return [jnp.asarray(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+
+
+def _flops(fn, *args):
+    ca = jax.jit(fn).lower(*args).compile().cost_analysis()
+    ca = ca[0] if isinstance(ca, list) else ca
+    return float(ca["flops"])
+
+
+def _optimized_jaxpr(opt, *args):
+    return jax.make_jaxpr(opt)(*args)
+
+
+def _count(jaxpr, name):
+    n = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == name:
+            n += 1
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            n += _count(sub, name)
+    return n
+
+
+def test_chain_reaches_the_right_to_left_order():
+    n = 256
+    A, B, C, v = _rand(0, (n, n), (n, n), (n, n), (n, 8))
+    opt = jaxrw.optimize(lambda A, B, C, v: A @ B @ C @ v)
+    best = _flops(lambda A, B, C, v: A @ (B @ (C @ v)), A, B, C, v)
+    naive = _flops(lambda A, B, C, v: A @ B @ C @ v, A, B, C, v)
+    got = _flops(opt, A, B, C, v)
+    assert got <= best * 1.05 and naive > 10 * best
+    np.testing.assert_allclose(opt(A, B, C, v), (A @ B @ C @ v), rtol=2e-3, atol=2e-3 * n)
+
+
+def test_factoring_makes_one_dot():
+    A, B, C = _rand(1, (128, 96), (96, 64), (96, 64))
+    opt = jaxrw.optimize(lambda A, B, C: A @ B + A @ C)
+    assert _count(_optimized_jaxpr(opt, A, B, C).jaxpr, "dot_general") == 1
+    np.testing.assert_allclose(opt(A, B, C), A @ B + A @ C, rtol=1e-4, atol=1e-3)
+    right = jaxrw.optimize(lambda A, B, C: B.T @ A.T + C.T @ A.T)
+    assert _count(_optimized_jaxpr(right, A, B, C).jaxpr, "dot_general") == 1
+
+
+def test_pytrees_statics_and_cache():
+    calls = []
+
+    def f(params, x, *, scale, mode):
+        calls.append(1)
+        y = x @ params["w"] + params["b"]
+        return {"y": y * scale if mode == "a" else y, "n": (y.sum(), y.shape[0])}
+
+    opt = jaxrw.optimize(f, static_argnames=("scale", "mode"))
+    params = {"w": _rand(2, (8, 4))[0], "b": jnp.zeros(4)}
+    x = _rand(3, (5, 8))[0]
+    out = opt(params, x, scale=2.0, mode="a")
+    want = f(params, x, scale=2.0, mode="a")
+    assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(want)
+    np.testing.assert_allclose(out["y"], want["y"], rtol=1e-5)
+    assert opt.traces == 1
+    opt(params, x + 1, scale=2.0, mode="a")
+    assert opt.traces == 1  # same signature: no re-trace
+    opt(params, x, scale=3.0, mode="a")
+    assert opt.traces == 2  # new static value
+    opt(params, _rand(4, (7, 8))[0], scale=3.0, mode="a")
+    assert opt.traces == 3  # new shape
+    opt(params, x.astype(jnp.bfloat16), scale=3.0, mode="a")
+    assert opt.traces == 4  # new dtype
+
+
+def test_static_argnums_and_unhashable_static():
+    opt = jaxrw.optimize(lambda x, n: x * n, static_argnums=1)
+    assert float(opt(jnp.ones(()), 3)) == 3.0
+    with pytest.raises(InvalidOptionError, match="hashable"):
+        opt(jnp.ones(()), [1, 2])
+
+
+def test_non_array_leaf_is_a_clear_error():
+    opt = jaxrw.optimize(lambda x, s: x)
+    with pytest.raises(InvalidOptionError, match="not an array"):
+        opt(jnp.ones(2), "text")
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"numerics": "loose"}, r"unknown numerics 'loose'; valid: \['default', 'fast', 'strict'\]"),
+        ({"cost_model": "magic"}, r"unknown cost model 'magic'; valid: \["),
+        ({"extractor": "best"}, r"unknown extractor 'best'; valid: \["),
+        ({"schedule": "gpu"}, r"unknown schedule 'gpu'; valid: \["),
+        ({"limits": {"iterations": 0}}, "limits.iterations must be a positive number"),
+    ],
+)
+def test_invalid_options_name_the_value_and_valid_set(kw, match):
+    with pytest.raises(InvalidOptionError, match=match):
+        jaxrw.optimize(lambda x: x, **kw)
+
+
+def test_unknown_rule_name_is_reported_at_first_call():
+    opt = jaxrw.optimize(lambda x: x @ x, rules=["dot.nope"], strict=True)
+    with pytest.raises(InvalidOptionError, match="unknown rule or family 'dot.nope'"):
+        opt(jnp.ones((2, 2)))
+
+
+def test_internal_failure_falls_back_with_one_warning(monkeypatch):
+    def boom(*a, **k):
+        raise RewriteStageError("extract", RuntimeError("injected"))
+
+    monkeypatch.setattr(api, "rewrite_jaxpr", boom)
+    opt = jaxrw.optimize(lambda a, b: a @ b)
+    a, b = _rand(5, (4, 4), (4, 4))
+    with pytest.warns(UserWarning, match="falling back to jax.jit.*extract stage failed.*injected"):
+        out = opt(a, b)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt(a, b)  # cached fallback: no second warning
+
+    strict = jaxrw.optimize(lambda a, b: a @ b, strict=True)
+    with pytest.raises(JaxrwError, match="injected"):
+        strict(a, b)
+
+
+def test_verify_catches_a_wrong_program(monkeypatch):
+    real = api.rewrite_jaxpr
+
+    def wrong(*a, **k):
+        res = real(*a, **k, force=True)
+        fn = res.fn
+        res.fn = lambda *xs: [y + 1 for y in fn(*xs)]
+        return res
+
+    monkeypatch.setattr(api, "rewrite_jaxpr", wrong)
+    a, b, c = _rand(6, (8, 8), (8, 8), (8, 8))
+    opt = jaxrw.optimize(lambda a, b, c: a @ b + a @ c, verify=True)
+    with pytest.raises(VerificationError, match="relative error"):
+        opt(a, b, c)
+
+
+def test_verify_passes_on_a_correct_program():
+    a, b, c = _rand(7, (64, 64), (64, 64), (64, 64))
+    opt = jaxrw.optimize(lambda a, b, c: a @ b + a @ c, verify=True)
+    np.testing.assert_allclose(opt(a, b, c), a @ b + a @ c, rtol=1e-4, atol=1e-3)
+
+
+def test_works_inside_jit_grad_and_vmap():
+    A, B, C = _rand(8, (16, 16), (16, 16), (16, 16))
+
+    def f(A, B, C):
+        return jnp.sum(jnp.tanh(A @ B + A @ C))
+
+    opt = jaxrw.optimize(f)
+    np.testing.assert_allclose(jax.jit(opt)(A, B, C), f(A, B, C), rtol=1e-5)
+    g_opt = jax.grad(opt, argnums=(0, 1))(A, B, C)
+    g_ref = jax.grad(f, argnums=(0, 1))(A, B, C)
+    for x, y in zip(g_opt, g_ref, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+    Bs = jnp.stack([B, 2 * B])
+    np.testing.assert_allclose(
+        jax.vmap(opt, in_axes=(None, 0, None))(A, Bs, C),
+        jax.vmap(f, in_axes=(None, 0, None))(A, Bs, C),
+        rtol=1e-5,
+    )
+
+
+def test_donated_arguments_are_donated():
+    opt = jaxrw.optimize(lambda x, y: x * 2 + y, donate_argnums=0)
+    x, y = jnp.ones(1024), jnp.ones(1024)
+    out = opt(x, y)
+    np.testing.assert_allclose(out, 3 * np.ones(1024))
+    if jax.default_backend() != "cpu":  # CPU ignores donation
+        assert x.is_deleted()
+
+
+def test_disable_env_gives_plain_jit(monkeypatch):
+    monkeypatch.setenv("JAXRW_DISABLE", "1")
+    opt = jaxrw.optimize(lambda a: a @ a)
+    a = _rand(9, (4, 4))[0]
+    np.testing.assert_allclose(opt(a), a @ a, rtol=1e-6)
+    assert opt.traces == 0
+
+
+def test_guard_keeps_the_original_when_nothing_pays():
+    a = _rand(10, (32, 32))[0]
+    opt = jaxrw.optimize(lambda a: jnp.tanh(a) * 2)
+    rep = opt.report(a)
+    assert rep is not None and not rep.rewritten and "margin" in rep.guard_note
+    np.testing.assert_allclose(opt(a), jnp.tanh(a) * 2, rtol=1e-6)
