@@ -92,6 +92,8 @@ class Optimized:
     limits: Limits = field(default_factory=Limits)
     numerics: str = "default"
     schedule: str = "auto"
+    autotune: bool = False
+    autotune_k: int = 4
     _cache: dict[Any, _Entry] = field(default_factory=dict, repr=False)
     _jitted: Any = field(default=None, repr=False)
     traces: int = 0  # how many signatures were traced (for tests and explain)
@@ -176,6 +178,7 @@ class Optimized:
                 if isinstance(self.profile, Profile)
                 else (get_profile(self.profile) if self.profile else default_profile(compat.device_kind()))
             )
+            tune = self.autotune and not any(compat.is_tracer(x) for x in leaves)
             result = rewrite_jaxpr(
                 closed,
                 rules=self.rules,
@@ -184,7 +187,10 @@ class Optimized:
                 extractor=self.extractor,
                 limits=self.limits,
                 numerics=self.numerics,
+                force=tune,  # autotune measures instead of trusting the guard's prediction
             )
+            if tune:
+                self._autotune(result, closed, flat, leaves)
         except JaxrwError as e:
             if self.strict:
                 raise
@@ -204,6 +210,19 @@ class Optimized:
         else:
             call = jax.jit(result.fn, donate_argnums=donate)
         return _Entry(call, out_tree, report)
+
+    def _autotune(self, result: Any, closed: Any, flat: Callable, leaves: list) -> None:
+        """Replace the model's choice by the measured-fastest of it, its runners-up and the original."""
+        from .rewrite.autotune import autotune
+
+        original = jax.jit(lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
+        extra = f"{self.rules}|{self.numerics}|{self.cost_model}|{self.extractor}"
+        choice = autotune(result, closed, original, leaves, k=self.autotune_k, key_extra=extra)
+        result.fn = choice.fn
+        result.report.rewritten = choice.fn is not None
+        result.report.autotune = {"winner": choice.winner, "times": choice.times, "cached": choice.from_cache}
+        if choice.fn is None:
+            result.report.guard_note = "the original measured fastest"
 
     def _leaf_donated(self, leaf_index: int, in_tree: Any) -> bool:
         if not self.donate_argnums:
@@ -296,12 +315,16 @@ def optimize(
     limits: Limits | dict | None = None,
     numerics: str = "default",
     schedule: str = "auto",
+    autotune: bool = False,
+    autotune_k: int = 4,
 ) -> Any:
     """Rewrite `fn` into a faster equivalent program and compile it, like `jax.jit`.
 
     Usable as `@optimize` or `@optimize(...)`. `rules` names rules or families (default: all);
     `numerics="strict"` uses only rules exact in floating point; `verify=True` checks every
-    concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back.
+    concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;
+    `autotune=True` times the original and the model's `autotune_k` best programs on this device
+    at the first call of each signature and keeps the fastest (cached on disk).
     """
     check_choice("numerics", numerics, NUMERICS)
     check_choice("schedule", schedule, SCHEDULES)
@@ -326,6 +349,8 @@ def optimize(
         limits=limits or Limits(),
         numerics=numerics,
         schedule=schedule,
+        autotune=bool(autotune),
+        autotune_k=int(autotune_k),
     )
     if fn is None:
         return lambda f: Optimized(f, **opts)

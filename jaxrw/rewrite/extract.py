@@ -27,6 +27,8 @@ __all__ = [
     "greedy_dag",
     "tree",
     "ilp",
+    "alternatives",
+    "fingerprint",
 ]
 
 GREEDY_DAG_MAX_CLASSES = 4000
@@ -223,6 +225,37 @@ def _live_classes(view: EGraphView) -> list[str]:
         for nid in view.classes[c]:
             stack.extend(ch for ch in view.nodes[nid].children if ch not in seen)
     return sorted(seen)
+
+
+def fingerprint(view: EGraphView, choice: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The nodes a choice actually uses (two choices with equal fingerprints are one program)."""
+    return tuple(sorted((c, choice[c]) for c in reachable(view, choice, view.outputs)))
+
+
+def alternatives(
+    view: EGraphView, costs: dict[str, float], best: dict[str, str], k: int
+) -> list[dict[str, str]]:
+    """Up to `k` distinct programs, cheapest first: `best`, then for each class it uses that has
+    other nodes, the greedy program that avoids its chosen node (measured top-k tries these)."""
+    found = {fingerprint(view, best): best}
+    for c in reachable(view, best, view.outputs):
+        if len(found) >= 4 * k:
+            break
+        if len(view.classes[c]) < 2:
+            continue
+        banned = dict(costs)
+        banned[best[c]] = 1e30
+        try:
+            choice = (
+                greedy_dag(view, banned) if view.n_classes <= GREEDY_DAG_MAX_CLASSES else tree(view, banned)
+            )
+            fp = fingerprint(view, choice)
+        except (KeyError, ValueError):
+            continue
+        if fp not in found and dag_cost(view, choice, costs) < 1e29:
+            found[fp] = choice
+    ranked = sorted(found.values(), key=lambda ch: dag_cost(view, ch, costs))
+    return ranked[:k]
 
 
 Extractor = Callable[[EGraphView, dict[str, float]], Extraction]

@@ -74,6 +74,7 @@ class RewriteReport:
     rewritten: bool = False  # False: the guard kept the original program
     guard_note: str = ""
     phase_s: dict[str, float] = field(default_factory=dict)
+    autotune: dict[str, Any] | None = None  # winner, median times, whether from the disk cache
 
     @property
     def predicted_speedup(self) -> float:
@@ -92,7 +93,7 @@ class RewriteReport:
             ("predicted", f"{self.cost_before:.3g} -> {self.cost_after:.3g} ({self.predicted_speedup:.2f}x)"),
             ("result", "rewritten" if self.rewritten else f"original kept ({self.guard_note})"),
             ("phases", phases),
-        ]
+        ] + ([("autotune", _autotune_row(self.autotune))] if self.autotune else [])
 
     def __repr__(self) -> str:
         rows = self.rows()
@@ -115,6 +116,7 @@ class RewriteReport:
             "rewritten": self.rewritten,
             "guard_note": self.guard_note,
             "phase_s": dict(self.phase_s),
+            "autotune": self.autotune,
         }
 
 
@@ -126,6 +128,7 @@ class RewriteResult:
     view: EGraphView | None = None
     extraction: Extraction | None = None
     costs: dict[str, float] | None = None
+    before: EGraphView | None = None  # the e-graph before any rule ran
 
 
 def _stage(name: str, fn: Callable, *args: Any, **kw: Any) -> Any:
@@ -218,14 +221,19 @@ def rewrite_jaxpr(
         report.rewritten = False
         report.guard_note = f"predicted gain {gain * 100:.1f}% < margin {limits.min_gain * 100:.0f}%"
         report.cost_after = report.cost_before
-        return RewriteResult(None, report, program, view, ex, costs)
+        return RewriteResult(None, report, program, view, ex, costs, before)
 
     t = time.perf_counter()
-    original = frozenset(_original_classes(before, view))
+    original = frozenset(original_classes(before, view))
     fn = _stage("decode", decode, program, view, ex.choice, original)
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True
-    return RewriteResult(fn, report, program, view, ex, costs)
+    return RewriteResult(fn, report, program, view, ex, costs, before)
+
+
+def _autotune_row(info: dict[str, Any]) -> str:
+    times = ", ".join(f"{k} {v * 1e6:.1f}us" for k, v in sorted(info["times"].items(), key=lambda kv: kv[1]))
+    return f"winner {info['winner']}{' (cached)' if info['cached'] else ''}: {times}"
 
 
 def _only_choice(view: EGraphView) -> dict[str, str]:
@@ -234,7 +242,7 @@ def _only_choice(view: EGraphView) -> dict[str, str]:
     return {c: nids[0] for c, nids in view.classes.items()}
 
 
-def _original_classes(before: EGraphView, after: EGraphView) -> set[str]:
+def original_classes(before: EGraphView, after: EGraphView) -> set[str]:
     """Classes of `after` that contain an original node (same op and attributes and children)."""
     keys = {(n.op, n.attrs) for n in before.nodes.values()}
     return {n.eclass for n in after.nodes.values() if (n.op, n.attrs) in keys}

@@ -1,0 +1,113 @@
+"""Measured top-k: compile the k cheapest programs under the model plus the original, time them on
+this device, keep the fastest, and remember the choice on disk.
+
+The cache is JSON (`autotune.json` in the jaxrw cache directory) keyed by a hash of the program,
+the device kind and the jax version; each entry names the winning program by its fingerprint.
+A corrupted or foreign file is ignored with a warning and rewritten, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from .decode import decode
+from .extract import alternatives, fingerprint
+from .measure import time_interleaved
+from .profiles import cache_dir
+from .run import RewriteResult, original_classes
+
+__all__ = ["AutotuneChoice", "autotune", "program_key", "cache_path"]
+
+ORIGINAL = "original"
+
+
+@dataclass
+class AutotuneChoice:
+    fn: Callable[..., list[Any]] | None  # None: the original program won
+    winner: str  # fingerprint hash, or "original"
+    times: dict[str, float] = field(default_factory=dict)  # median seconds per candidate
+    from_cache: bool = False
+
+
+def cache_path() -> Path:
+    return cache_dir() / "autotune.json"
+
+
+def program_key(closed: Any, extra: str = "") -> str:
+    dev = jax.devices()[0]
+    avals = [v.aval for v in closed.jaxpr.invars]
+    text = f"{closed}|{avals}|{dev.platform}:{dev.device_kind}|jax {jax.__version__}"
+    return hashlib.sha256((text + "|" + extra).encode()).hexdigest()
+
+
+def _fp_hash(fp: tuple) -> str:
+    return hashlib.sha256(repr(fp).encode()).hexdigest()[:16]
+
+
+def _load(path: Path) -> dict[str, dict]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("winner"), str)
+            for k, v in data.items()
+        ):
+            raise ValueError("unexpected structure")
+        return data
+    except (OSError, ValueError) as e:
+        warnings.warn(f"jaxrw: ignoring corrupted autotune cache {path}: {e}", stacklevel=3)
+        return {}
+
+
+def _save(path: Path, data: dict[str, dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def autotune(
+    result: RewriteResult,
+    closed: Any,
+    original: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    k: int = 4,
+    key_extra: str = "",
+    samples: int = 5,
+) -> AutotuneChoice:
+    """Pick the fastest of the original program and the model's k best rewrites, on `args`."""
+    view, costs = result.view, result.costs
+    assert view is not None and costs is not None and result.extraction is not None
+    before = result.before
+    keep = original_classes(before, view) if before is not None else set()
+    choices = alternatives(view, costs, result.extraction.choice, k)
+    named = {_fp_hash(fingerprint(view, ch)): ch for ch in choices}
+    key = program_key(closed, key_extra)
+    path = cache_path()
+    cache = _load(path)
+    hit = cache.get(key)
+    if hit is not None and (hit["winner"] == ORIGINAL or hit["winner"] in named):
+        w = hit["winner"]
+        fn = None if w == ORIGINAL else decode(result.program, view, named[w], frozenset(keep))
+        return AutotuneChoice(fn, w, dict(hit.get("times", {})), from_cache=True)
+    fns: dict[str, Callable] = {ORIGINAL: original}
+    decoded: dict[str, Callable] = {}
+    for name, ch in named.items():
+        decoded[name] = decode(result.program, view, ch, frozenset(keep))
+        fns[name] = jax.jit(decoded[name])
+    timings = time_interleaved(fns, list(args), samples=samples)
+    times = {name: t.median for name, t in timings.items()}
+    winner = min(times, key=times.get)
+    cache[key] = {"winner": winner, "times": times}
+    _save(path, cache)
+    return AutotuneChoice(decoded.get(winner), winner, times)

@@ -1,0 +1,80 @@
+"""`jaxrw calibrate`: measure this device's matrix rates, bandwidth, launch overhead and small-GEMM
+efficiency, and save them as the default profile for this device kind."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .. import compat
+from .measure import time_one
+from .profiles import CPU, H200, Profile, save_profile
+
+__all__ = ["calibrate", "main"]
+
+
+def _gemm_rate(n: int, dtype: Any, samples: int) -> float:
+    k1, k2 = jax.random.split(jax.random.key(n))
+    a = jax.random.normal(k1, (n, n), jnp.float32).astype(dtype)
+    b = jax.random.normal(k2, (n, n), jnp.float32).astype(dtype)
+    t = time_one(jax.jit(lambda a, b: a @ b), (a, b), samples=samples).median
+    return 2.0 * n**3 / t
+
+
+def calibrate(quick: bool = False) -> Profile:
+    """Measure the default device. `quick` uses smaller sizes (for tests and CPUs)."""
+    kind = compat.device_kind()
+    base = H200 if kind == "cuda" else CPU
+    big = 1024 if (quick or kind == "cpu") else 8192
+    samples = 3 if quick else 7
+    rates = {}
+    for dt in ("float32", "bfloat16"):
+        rates[dt] = _gemm_rate(big, jnp.dtype(dt), samples)
+    rates["float16"] = rates["bfloat16"]
+    # bandwidth: a read+write pass over a large buffer
+    n_bytes = (64 if (quick or kind == "cpu") else 1024) * 2**20
+    x = jax.random.normal(jax.random.key(1), (n_bytes // 4,), jnp.float32)
+    t = time_one(jax.jit(lambda x: x * 1.0001 + 1.0), (x,), samples=samples).median
+    bandwidth = 2.0 * n_bytes / t
+    # launch: the per-call cost of a trivial kernel
+    tiny = jnp.ones((8,), jnp.float32)
+    launch = time_one(jax.jit(lambda x: x + 1.0), (tiny,), samples=samples).median
+    # small-GEMM efficiency: fraction of the large-GEMM rate by size bucket (log2 of the size)
+    eff = {}
+    top = int(math.log2(big))
+    for p in range(3, top + 1, 1 if quick else 1):
+        n = 2**p
+        eff[p] = min(1.0, _gemm_rate(n, jnp.float32, samples) / rates["float32"])
+    return Profile(
+        name=f"{base.name}-calibrated",
+        kind=kind,
+        matmul_flops={**base.matmul_flops, **rates},
+        vector_flops=base.vector_flops,
+        bandwidth=bandwidth,
+        launch_s=launch,
+        gemm_efficiency=eff,
+        source=f"calibrated on {jax.devices()[0].device_kind}",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="jaxrw calibrate", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small sizes, few samples")
+    ap.add_argument("--output", default=None, help="profile path (default: the jaxrw cache directory)")
+    args = ap.parse_args(argv)
+    prof = calibrate(quick=args.quick)
+    from pathlib import Path
+
+    path = save_profile(prof, Path(args.output) if args.output else None)
+    print(f"device {jax.devices()[0].device_kind} ({prof.kind})")
+    for dt, r in prof.matmul_flops.items():
+        print(f"  matmul {dt:<9} {r / 1e12:10.3f} TFLOP/s")
+    print(f"  bandwidth       {prof.bandwidth / 1e9:10.1f} GB/s (read+write)")
+    print(f"  launch          {prof.launch_s * 1e6:10.1f} us")
+    print("  gemm efficiency " + " ".join(f"2^{k}:{v:.2f}" for k, v in sorted(prof.gemm_efficiency.items())))
+    print(f"saved {path}")
+    return 0

@@ -1,0 +1,45 @@
+"""Device profiles: built-ins, calibration round trip, malformed files ignored with a warning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jaxrw.errors import InvalidOptionError
+from jaxrw.rewrite import profiles
+from jaxrw.rewrite.calibrate import calibrate, main
+
+
+def test_builtin_profiles_and_unknown_name():
+    assert profiles.get_profile("h200").matmul_rate("bfloat16") == pytest.approx(790e12)
+    with pytest.raises(InvalidOptionError, match=r"unknown device profile 'a100'; valid: \['cpu', 'h200'\]"):
+        profiles.get_profile("a100")
+
+
+def test_efficiency_grows_with_size():
+    p = profiles.H200
+    assert p.efficiency(1, 4096, 4096) < p.efficiency(256, 256, 256) < p.efficiency(4096, 4096, 4096) <= 1.0
+
+
+def test_calibrate_saves_a_profile_used_by_default(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JAXRW_CACHE_DIR", str(tmp_path))
+    assert main(["--quick"]) == 0
+    saved = tmp_path / "profile-cpu.json"
+    assert saved.exists() and "saved" in capsys.readouterr().out
+    prof = profiles.default_profile("cpu")
+    assert prof.source == str(saved) and prof.bandwidth > 0 and prof.matmul_rate("float32") > 0
+    assert prof.gemm_efficiency and all(0 < v <= 1 for v in prof.gemm_efficiency.values())
+
+
+def test_malformed_profile_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXRW_CACHE_DIR", str(tmp_path))
+    (tmp_path / "profile-cpu.json").write_text(json.dumps({"name": "x", "kind": "cpu", "bandwidth": -1}))
+    with pytest.warns(UserWarning, match="ignoring malformed profile"):
+        prof = profiles.default_profile("cpu")
+    assert prof is profiles.CPU
+
+
+def test_calibrate_quick_measures_positive_rates():
+    prof = calibrate(quick=True)
+    assert prof.kind == "cpu" and prof.launch_s > 0 and prof.matmul_rate("bfloat16") > 0
