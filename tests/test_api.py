@@ -142,7 +142,7 @@ def test_verify_catches_a_wrong_program(monkeypatch):
     real = api.rewrite_jaxpr
 
     def wrong(*a, **k):
-        res = real(*a, **k, force=True)
+        res = real(*a, **{**k, "force": True})
         fn = res.fn
         res.fn = lambda *xs: [y + 1 for y in fn(*xs)]
         return res
