@@ -59,6 +59,7 @@ FUSIBLE = frozenset(
         "stop_gradient",
         "square",
         "slice",
+        "transpose",  # folded into dot dimension numbers or fused by XLA
     }
 )
 # Fraction of the output bytes an op inside a fusion still costs (its share of the fused kernel).
@@ -146,8 +147,6 @@ class Roofline:
             flops = node_flops(node, view)
             return max(flops / p.vector_flops, (FUSED_SHARE * out_b + reads) / p.bandwidth)
         in_b = sum(nbytes(view, c) for c in node.children)
-        if node.op == "transpose":
-            return 2 * out_b / p.bandwidth + p.launch_s
         flops = node_flops(node, view)
         return max(flops / p.vector_flops, (in_b + out_b) / p.bandwidth) + p.launch_s
 

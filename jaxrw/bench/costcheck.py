@@ -1,0 +1,234 @@
+"""Does the cost model rank programs the way the device does?
+
+Pairs of equivalent programs (the form users write and a rewritten form) are priced by the cost
+model and timed on the current device. Reported: over pairs whose measured times differ by more
+than 10%, how often the predicted-faster program is the measured-faster one (target >= 90%), and
+the Spearman rank correlation of predicted vs measured time over all programs (target >= 0.9).
+
+    python -m jaxrw.bench.costcheck --size large --json out.json     # on the GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import compat
+from ..rewrite.measure import time_interleaved
+from ..rewrite.profiles import Profile, default_profile, get_profile
+from ..rewrite.run import rewrite_jaxpr
+
+__all__ = ["PAIRS", "predict", "run", "spearman", "main"]
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    written: Callable
+    rewritten: Callable
+    shapes: Callable[[int], list[tuple[int, ...]]]  # scale -> input shapes
+
+
+def _trace(A, B):
+    return jnp.trace(A @ B)
+
+
+def _merge3(x, w1, w2, w3):
+    return x @ w1, x @ w2, x @ w3
+
+
+def _merge3_concat(x, w1, w2, w3):
+    y = x @ jnp.concatenate([w1, w2, w3], axis=1)
+    d = w1.shape[1]
+    return y[:, :d], y[:, d : 2 * d], y[:, 2 * d :]
+
+
+def _stacked_mv(W, v):
+    return jnp.stack([W[i] @ v for i in range(W.shape[0])])
+
+
+PAIRS: list[Pair] = [
+    Pair(
+        "chain_matvec",
+        lambda A, B, v: (A @ B) @ v,
+        lambda A, B, v: A @ (B @ v),
+        lambda s: [(s, s), (s, s), (s, 1)],
+    ),
+    Pair(
+        "chain_thin",
+        lambda A, B, v: (A @ B) @ v,
+        lambda A, B, v: A @ (B @ v),
+        lambda s: [(s, s), (s, s), (s, 16)],
+    ),
+    Pair(
+        "chain_wide_left",
+        lambda A, B, C: (A @ B) @ C,
+        lambda A, B, C: A @ (B @ C),
+        lambda s: [(16, s), (s, s), (s, s)],
+    ),
+    Pair(
+        "chain_3",
+        lambda A, B, C: (A @ B) @ C,
+        lambda A, B, C: A @ (B @ C),
+        lambda s: [(s, s // 4), (s // 4, s), (s, s // 8)],
+    ),
+    Pair(
+        "factor",
+        lambda A, B, C: A @ B + A @ C,
+        lambda A, B, C: A @ (B + C),
+        lambda s: [(s, s), (s, s), (s, s)],
+    ),
+    Pair(
+        "factor_right",
+        lambda A, B, C: A @ C - B @ C,
+        lambda A, B, C: (A - B) @ C,
+        lambda s: [(s, s // 2), (s, s // 2), (s // 2, s)],
+    ),
+    Pair("trace", _trace, lambda A, B: jnp.sum(A * B.T), lambda s: [(s, s), (s, s)]),
+    Pair("transpose", lambda A, B: (A @ B).T, lambda A, B: B.T @ A.T, lambda s: [(s, s), (s, s)]),
+    Pair(
+        "lora",
+        lambda x, W, A, B: x @ W + (x @ A) @ B,
+        lambda x, W, A, B: x @ (W + A @ B),
+        lambda s: [(s // 8, s), (s, s), (s, 16), (16, s)],
+    ),
+    Pair(
+        "gauss_newton",
+        lambda J, v: J.T @ J @ v,
+        lambda J, v: J.T @ (J @ v),
+        lambda s: [(s, s // 2), (s // 2, 1)],
+    ),
+    Pair(
+        "merge3_per_call_concat",
+        _merge3,
+        _merge3_concat,
+        lambda s: [(1, s // 2), (s // 2, s // 2), (s // 2, s // 2), (s // 2, s // 2)],
+    ),
+    Pair(
+        "merge3_batch",
+        _merge3,
+        _merge3_concat,
+        lambda s: [(s // 4, s // 2), (s // 2, s // 2), (s // 2, s // 2), (s // 2, s // 2)],
+    ),
+    Pair("stacked_matvec", _stacked_mv, lambda W, v: W @ v, lambda s: [(16, s // 4, s // 4), (s // 4,)]),
+    Pair(
+        "exp_product",
+        lambda a, b: jnp.exp(a) * jnp.exp(b),
+        lambda a, b: jnp.exp(a + b),
+        lambda s: [(s, s), (s, s)],
+    ),
+    Pair(
+        "scalar_clutter",
+        lambda A, B: (2.0 * A) @ (3.0 * B),
+        lambda A, B: 6.0 * (A @ B),
+        lambda s: [(s, s), (s, s)],
+    ),
+]
+
+
+def predict(fn: Callable, specs: list, profile: Profile, cost_model: str = "roofline") -> float:
+    """The model's predicted time of `fn` as written (no rewrites)."""
+    closed = jax.make_jaxpr(fn)(*specs)
+    return rewrite_jaxpr(
+        closed, rules=[], profile=profile, cost_model=cost_model, force=True
+    ).report.cost_before
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    rx = np.argsort(np.argsort(x)).astype(float)
+    ry = np.argsort(np.argsort(y)).astype(float)
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def run(scales: list[int], dtypes: list[str], profile: Profile, samples: int = 7) -> dict:
+    rows = []
+    for dt in dtypes:
+        for scale in scales:
+            for pair in PAIRS:
+                shapes = pair.shapes(scale)
+                keys = jax.random.split(jax.random.key(scale), len(shapes))
+                args = [
+                    jax.random.normal(k, s, jnp.float32).astype(dt) for k, s in zip(keys, shapes, strict=True)
+                ]
+                specs = [jax.ShapeDtypeStruct(s, jnp.dtype(dt)) for s in shapes]
+                fns = {"written": jax.jit(pair.written), "rewritten": jax.jit(pair.rewritten)}
+                t = time_interleaved(fns, args, samples=samples)
+                rows.append(
+                    {
+                        "pair": pair.name,
+                        "dtype": dt,
+                        "scale": scale,
+                        "predicted": {k: predict(getattr(pair, k), specs, profile) for k in fns},
+                        "measured": {k: v.median for k, v in t.items()},
+                        "spread": {k: v.spread for k, v in t.items()},
+                        "samples": {k: v.samples for k, v in t.items()},
+                    }
+                )
+    return summarize(rows) | {"rows": rows}
+
+
+def summarize(rows: list[dict]) -> dict:
+    decided = agree = 0
+    pred, meas = [], []
+    for r in rows:
+        m, p = r["measured"], r["predicted"]
+        pred += [p["written"], p["rewritten"]]
+        meas += [m["written"], m["rewritten"]]
+        hi, lo = max(m.values()), min(m.values())
+        if hi > 1.10 * lo:
+            decided += 1
+            agree += (m["written"] < m["rewritten"]) == (p["written"] < p["rewritten"])
+    return {
+        "pairs": len(rows),
+        "pairs_differing_10pct": decided,
+        "agreement": agree / decided if decided else float("nan"),
+        "spearman": spearman(pred, meas) if len(pred) > 2 else float("nan"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.costcheck", description=__doc__)
+    ap.add_argument("--size", choices=["small", "large"], default="small")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "both"], default="both")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--samples", type=int, default=7)
+    ap.add_argument("--profile", default=None, help="built-in profile name (default: calibrated or built-in)")
+    a = ap.parse_args(argv)
+    scales = [256] if a.size == "small" else [2048, 8192]
+    dtypes = ["float32", "bfloat16"] if a.dtype == "both" else [a.dtype]
+    profile = get_profile(a.profile) if a.profile else default_profile(compat.device_kind())
+    res = run(scales, dtypes, profile, samples=a.samples)
+    res |= {
+        "device": jax.devices()[0].device_kind,
+        "jax": jax.__version__,
+        "profile": profile.name,
+        "date": datetime.date.today().isoformat(),
+        "host": platform.node(),
+    }
+    for r in res["rows"]:
+        m, p = r["measured"], r["predicted"]
+        print(
+            f"{r['pair']:<24} {r['dtype']:<9} {r['scale']:>5}  measured {m['written'] * 1e6:9.1f} "
+            f"{m['rewritten'] * 1e6:9.1f} us   predicted {p['written'] * 1e6:9.1f} "
+            f"{p['rewritten'] * 1e6:9.1f} us"
+        )
+    print(
+        f"pairs {res['pairs']}, differing >10%: {res['pairs_differing_10pct']}, "
+        f"agreement {res['agreement']:.2%}, spearman {res['spearman']:.3f}"
+    )
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
