@@ -12,6 +12,7 @@ import functools
 import logging
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from .errors import InvalidOptionError, JaxrwError, RewriteStageError, Verificat
 from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
-from .rewrite.run import NUMERICS, Limits, RewriteReport, rewrite_jaxpr
+from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
 
@@ -94,6 +95,9 @@ class Optimized:
     schedule: str = "auto"
     autotune: bool = False
     autotune_k: int = 4
+    hoist_argnums: tuple[int, ...] = ()
+    hoist_argnames: tuple[str, ...] = ()
+    max_hoist_bytes: int = DEFAULT_MAX_HOIST_BYTES
     _cache: dict[Any, _Entry] = field(default_factory=dict, repr=False)
     _jitted: Any = field(default=None, repr=False)
     traces: int = 0  # how many signatures were traced (for tests and explain)
@@ -178,6 +182,8 @@ class Optimized:
                 if isinstance(self.profile, Profile)
                 else (get_profile(self.profile) if self.profile else default_profile(compat.device_kind()))
             )
+            owners = self._leaf_owners(in_tree, kwargs)
+            slow = self._slow_leaves(owners, leaves)
             tune = self.autotune and not any(compat.is_tracer(x) for x in leaves)
             result = rewrite_jaxpr(
                 closed,
@@ -188,7 +194,11 @@ class Optimized:
                 limits=self.limits,
                 numerics=self.numerics,
                 force=tune,  # autotune measures instead of trusting the guard's prediction
+                slow=slow,
+                max_hoist_bytes=self.max_hoist_bytes,
             )
+            if result.report.hoist_note and slow:
+                warnings.warn(f"jaxrw: {_name(self.fn)}: {result.report.hoist_note}", stacklevel=3)
             if tune:
                 self._autotune(result, closed, flat, leaves)
         except JaxrwError as e:
@@ -204,9 +214,12 @@ class Optimized:
             return _Entry(self._jitted, out_tree, None, fallback=str(err))
         report = result.report
         log.debug("jaxrw %s: %r", _name(self.fn), report)
-        donate = tuple(i for i, x in enumerate(leaves) if self._leaf_donated(i, in_tree))
+        donate = tuple(i for i, o in enumerate(owners) if o in self.donate_argnums)
+        hoisted = getattr(result.fn, "hoisted", None)
         if result.fn is None:
             call = jax.jit(lambda *xs: jax.tree_util.tree_leaves(flat(*xs)), donate_argnums=donate)
+        elif hoisted is not None:
+            call = HoistedCall(hoisted, donate)
         else:
             call = jax.jit(result.fn, donate_argnums=donate)
         return _Entry(call, out_tree, report)
@@ -224,25 +237,34 @@ class Optimized:
         if choice.fn is None:
             result.report.guard_note = "the original measured fastest"
 
-    def _leaf_donated(self, leaf_index: int, in_tree: Any) -> bool:
-        if not self.donate_argnums:
-            return False
-        # map flat leaf -> positional argument through the (args, kwargs) tree
-        dyn_args_tree = in_tree.children()[0]
-        counts = [c.num_leaves for c in dyn_args_tree.children()]
-        pos, acc = 0, 0
-        for pos, n in enumerate(counts):  # noqa: B007
-            if leaf_index < acc + n:
-                break
-            acc += n
-        else:
-            return False
-        static_before = sorted(i for i in self.static_argnums)
-        orig = pos
-        for s in static_before:
-            if s <= orig:
-                orig += 1
-        return orig in self.donate_argnums
+    def _slow_leaves(self, owners: list[int | str], leaves: list) -> frozenset[int]:
+        """Leaves of hoisted arguments: jax arrays only (immutable, so identity is a sound cache
+        key), never donated ones."""
+        if not (self.hoist_argnums or self.hoist_argnames):
+            return frozenset()
+        return frozenset(
+            i
+            for i, (o, x) in enumerate(zip(owners, leaves, strict=True))
+            if (o in self.hoist_argnums or o in self.hoist_argnames)
+            and o not in self.donate_argnums
+            and (isinstance(x, jax.Array) or compat.is_tracer(x))
+        )
+
+    def _leaf_owners(self, in_tree: Any, kwargs: dict) -> list[int | str]:
+        """For each flat leaf, the positional index (in the user's call) or keyword it came from."""
+        args_tree, kwargs_tree = in_tree.children()
+        static = sorted(self.static_argnums)
+        owners: list[int | str] = []
+        for pos, sub in enumerate(args_tree.children()):
+            orig = pos
+            for st in static:
+                if st <= orig:
+                    orig += 1
+            owners += [orig] * sub.num_leaves
+        names = sorted(k for k in kwargs if k not in self.static_argnames)
+        for name, sub in zip(names, kwargs_tree.children(), strict=True):
+            owners += [name] * sub.num_leaves
+        return owners
 
     def _verify(self, result: Any, args: tuple, kwargs: dict) -> None:
         want = self._jitted(*args, **kwargs)
@@ -255,6 +277,45 @@ class Optimized:
                 raise VerificationError(
                     f"{_name(self.fn)}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}"
                 )
+
+
+class HoistedCall:
+    """Runs the prologue only when the hoisted arrays change, then the main program.
+
+    The cache key is the identity of every hoisted leaf, checked through weak references (so a
+    dropped parameter is never kept alive and a new array with a recycled id is not mistaken for
+    the old one). Under tracing (jit/grad/vmap) the prologue is traced as ordinary computation:
+    no cached value can leak into a transformation."""
+
+    def __init__(self, hoisted: Any, donate: tuple[int, ...]):
+        self.slow = hoisted.slow
+        self.nbytes = hoisted.nbytes
+        self.prologue = jax.jit(hoisted.prologue)
+        self.main = jax.jit(hoisted.main, donate_argnums=donate)
+        self._refs: list[weakref.ref] | None = None
+        self._values: list[Any] | None = None
+        self.prologue_runs = 0
+
+    def __call__(self, *leaves: Any) -> Any:
+        slow = [leaves[i] for i in self.slow]
+        if any(compat.is_tracer(x) for x in leaves):
+            return self.main(*leaves, *self.prologue(*slow))
+        refs = self._refs
+        if (
+            refs is None
+            or len(refs) != len(slow)
+            or any(r() is not x for r, x in zip(refs, slow, strict=True))
+        ):
+            self._values = self.prologue(*slow)
+            self._refs = [weakref.ref(x) for x in slow]
+            self.prologue_runs += 1
+        return self.main(*leaves, *self._values)
+
+
+def _check_bytes(v: Any) -> int:
+    if not isinstance(v, int) or v < 0:
+        raise InvalidOptionError(f"max_hoist_bytes must be a non-negative int; got {v!r}")
+    return v
 
 
 def _name(fn: Callable) -> str:
@@ -317,6 +378,9 @@ def optimize(
     schedule: str = "auto",
     autotune: bool = False,
     autotune_k: int = 4,
+    hoist_argnums: int | Sequence[int] | None = None,
+    hoist_argnames: str | Sequence[str] | None = None,
+    max_hoist_bytes: int = DEFAULT_MAX_HOIST_BYTES,
 ) -> Any:
     """Rewrite `fn` into a faster equivalent program and compile it, like `jax.jit`.
 
@@ -325,6 +389,10 @@ def optimize(
     concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;
     `autotune=True` times the original and the model's `autotune_k` best programs on this device
     at the first call of each signature and keeps the fastest (cached on disk).
+    `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that
+    depends only on them (concatenated or transposed weights, products of weights) runs once per
+    new set of arrays and is reused while the caller passes the same arrays, up to
+    `max_hoist_bytes` of kept values.
     """
     check_choice("numerics", numerics, NUMERICS)
     check_choice("schedule", schedule, SCHEDULES)
@@ -351,6 +419,9 @@ def optimize(
         schedule=schedule,
         autotune=bool(autotune),
         autotune_k=int(autotune_k),
+        hoist_argnums=_norm_argnums(hoist_argnums, "hoist_argnums"),
+        hoist_argnames=(hoist_argnames,) if isinstance(hoist_argnames, str) else tuple(hoist_argnames or ()),
+        max_hoist_bytes=_check_bytes(max_hoist_bytes),
     )
     if fn is None:
         return lambda f: Optimized(f, **opts)

@@ -62,6 +62,10 @@ FUSIBLE = frozenset(
         "transpose",  # folded into dot dimension numbers or fused by XLA
     }
 )
+# Work on constants and hoisted (slow) arguments is done once, off the hot call: free here.
+# Data movement is folded even without hoisting; arithmetic only when arguments are hoisted.
+FOLDED = frozenset({"concat", "transpose", "slice", "op"})
+HOISTABLE = frozenset({"concat", "transpose", "slice", "dot", "add", "sub", "mul", "div", "neg", "unary"})
 # Fraction of the output bytes an op inside a fusion still costs (its share of the fused kernel).
 FUSED_SHARE = 0.5
 
@@ -129,8 +133,10 @@ class Roofline:
         p = self.profile
         if node.op in ("var", "const"):
             return 0.0
-        if view.is_constant(node.eclass) and node.op in ("concat", "transpose", "slice", "op"):
-            return 0.0  # folded once when the program is built (constants only)
+        if (node.op in FOLDED or (view.slow and node.op in HOISTABLE)) and all(
+            view.is_constant(c) for c in node.children
+        ):
+            return 0.0  # folded when the program is built, or hoisted out of the hot call
         out_b = nbytes(view, node.eclass)
         if node.op == "dot":
             batch, m, n, k = dot_dims(node, view)

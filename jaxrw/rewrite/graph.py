@@ -37,6 +37,8 @@ class EGraphView:
     shapes: dict[str, tuple[int, ...]]
     dtypes: dict[str, str]
     outputs: list[str]  # output index -> e-class
+    # inputs treated like constants: hoisted arguments whose work is done once, off the hot call
+    slow: frozenset[int] = frozenset()
     _const: dict[str, bool] = field(default_factory=dict, repr=False)
 
     @property
@@ -108,10 +110,14 @@ class EGraphView:
         return cls(nodes, classes, shapes, dtypes, [outputs[i] for i in sorted(outputs)])
 
     def is_constant(self, eclass: str) -> bool:
-        """True when some node of the class is built from constants only (no program inputs)."""
+        """True when some node of the class is built from constants and slow inputs only."""
         if not self._const:
             self._const = _constant_classes(self)
         return self._const.get(eclass, False)
+
+    def with_slow(self, slow: frozenset[int]) -> EGraphView:
+        """The same e-graph with `slow` inputs treated as constants (for hoisting)."""
+        return EGraphView(self.nodes, self.classes, self.shapes, self.dtypes, self.outputs, frozenset(slow))
 
 
 def _constant_classes(view: EGraphView) -> dict[str, bool]:
@@ -124,9 +130,9 @@ def _constant_classes(view: EGraphView) -> dict[str, bool]:
                 continue
             for nid in nids:
                 n = view.nodes[nid]
-                if n.op == "var" or n.op == "opaque":
+                if n.op == "opaque" or (n.op == "var" and n.attrs[0] not in view.slow):
                     continue
-                if n.op == "const" or all(const[ch] for ch in n.children):
+                if n.op in ("const", "var") or all(const[ch] for ch in n.children):
                     const[c] = True
                     changed = True
                     break

@@ -28,6 +28,7 @@ from .terms import analysis
 __all__ = ["Limits", "StopReason", "RewriteReport", "RewriteResult", "rewrite_jaxpr", "NUMERICS"]
 
 NUMERICS = ("strict", "default", "fast")
+DEFAULT_MAX_HOIST_BYTES = 2 * 2**30
 
 
 class StopReason(enum.Enum):
@@ -75,6 +76,8 @@ class RewriteReport:
     guard_note: str = ""
     phase_s: dict[str, float] = field(default_factory=dict)
     autotune: dict[str, Any] | None = None  # winner, median times, whether from the disk cache
+    hoisted_bytes: int = 0  # size of the values kept between calls for hoisted arguments
+    hoist_note: str = ""
 
     @property
     def predicted_speedup(self) -> float:
@@ -83,17 +86,29 @@ class RewriteReport:
     def rows(self) -> list[tuple[str, str]]:
         fired = ", ".join(f"{k}×{v}" for k, v in sorted(self.rules_fired.items())) or "none"
         phases = " ".join(f"{k} {v * 1e3:.0f}ms" for k, v in self.phase_s.items())
-        return [
-            ("equations", str(self.n_equations)),
-            ("e-graph", f"{self.egraph_nodes} nodes, {self.egraph_classes} classes"),
-            ("iterations", f"{self.iterations} (stop: {self.stop_reason.value})"),
-            ("rules fired", fired),
-            ("cost model", self.cost_model),
-            ("extractor", self.extractor + (f" ({self.extractor_note})" if self.extractor_note else "")),
-            ("predicted", f"{self.cost_before:.3g} -> {self.cost_after:.3g} ({self.predicted_speedup:.2f}x)"),
-            ("result", "rewritten" if self.rewritten else f"original kept ({self.guard_note})"),
-            ("phases", phases),
-        ] + ([("autotune", _autotune_row(self.autotune))] if self.autotune else [])
+        return (
+            [
+                ("equations", str(self.n_equations)),
+                ("e-graph", f"{self.egraph_nodes} nodes, {self.egraph_classes} classes"),
+                ("iterations", f"{self.iterations} (stop: {self.stop_reason.value})"),
+                ("rules fired", fired),
+                ("cost model", self.cost_model),
+                ("extractor", self.extractor + (f" ({self.extractor_note})" if self.extractor_note else "")),
+                (
+                    "predicted",
+                    f"{self.cost_before:.3g} -> {self.cost_after:.3g} ({self.predicted_speedup:.2f}x)",
+                ),
+                ("result", "rewritten" if self.rewritten else f"original kept ({self.guard_note})"),
+                ("phases", phases),
+            ]
+            + ([("autotune", _autotune_row(self.autotune))] if self.autotune else [])
+            + (
+                [("hoisted", f"{self.hoisted_bytes / 2**20:.2f} MiB kept between calls")]
+                if self.hoisted_bytes
+                else []
+            )
+            + ([("hoisting", self.hoist_note)] if self.hoist_note else [])
+        )
 
     def __repr__(self) -> str:
         rows = self.rows()
@@ -117,6 +132,8 @@ class RewriteReport:
             "guard_note": self.guard_note,
             "phase_s": dict(self.phase_s),
             "autotune": self.autotune,
+            "hoisted_bytes": self.hoisted_bytes,
+            "hoist_note": self.hoist_note,
         }
 
 
@@ -187,13 +204,20 @@ def rewrite_jaxpr(
     limits: Limits | None = None,
     numerics: str = "default",
     force: bool = False,
+    slow: frozenset[int] = frozenset(),
+    max_hoist_bytes: int = DEFAULT_MAX_HOIST_BYTES,
+    _note: str = "",
 ) -> RewriteResult:
-    """Optimize one ClosedJaxpr. `force=True` skips the guard (for tests and measured top-k)."""
+    """Optimize one ClosedJaxpr. `force=True` skips the guard (for tests and measured top-k).
+
+    `slow` names flat inputs whose work is hoisted out of the hot call: the cost model prices it
+    as free and the decoded function carries the prologue/main split (`fn.hoisted`). Past
+    `max_hoist_bytes` of hoisted values, nothing is hoisted and the report says why."""
     limits = limits or Limits()
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
-    report = RewriteReport(cost_model=model.name)
+    report = RewriteReport(cost_model=model.name, hoist_note=_note)
     t = time.perf_counter()
     program = _stage("encode", encode, closed)
     report.n_equations, report.n_outputs = program.n_equations, len(program.outputs)
@@ -206,7 +230,7 @@ def rewrite_jaxpr(
     report.phase_s["rewrite"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    view = _stage("extract", EGraphView.from_egraph, program.egraph)
+    view = _stage("extract", EGraphView.from_egraph, program.egraph).with_slow(slow)
     report.egraph_nodes, report.egraph_classes = view.n_nodes, view.n_classes
     costs = _stage("extract", node_costs, view, model)
     ex = _stage("extract", extract_fn, view, costs)
@@ -226,6 +250,23 @@ def rewrite_jaxpr(
     t = time.perf_counter()
     original = frozenset(original_classes(before, view))
     fn = _stage("decode", decode, program, view, ex.choice, original)
+    hoisted = getattr(fn, "hoisted", None)
+    if hoisted is not None and hoisted.nbytes > max_hoist_bytes:
+        report.hoist_note = f"not hoisted: {hoisted.nbytes} bytes > max_hoist_bytes {max_hoist_bytes}"
+        report.phase_s["decode"] = time.perf_counter() - t
+        return rewrite_jaxpr(
+            closed,
+            rules=rules,
+            cost_model=cost_model,
+            profile=profile,
+            extractor=extractor,
+            limits=limits,
+            numerics=numerics,
+            force=force,
+            max_hoist_bytes=max_hoist_bytes,
+            _note=report.hoist_note,
+        )
+    report.hoisted_bytes = hoisted.nbytes if hoisted is not None else 0
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True
     return RewriteResult(fn, report, program, view, ex, costs, before)
