@@ -1,0 +1,69 @@
+"""jaxrw.schedule: run an optimized program under an explicit GPU schedule (jax.experimental.thunky).
+
+    plan_program(closed_jaxpr, profile)    -> Plan (regions, streams, events, buffers, predictions)
+    check(plan) / simulate(plan, args)     -> validation without a GPU
+    schedule_program(fn, specs, mode|plan) -> a thunky-scheduled callable, or None for XLA's schedule
+    apply(mode, fn, specs, donate, profile) -> what optimize() calls: scheduled, else jax.jit(fn)
+
+Modes: "xla" (never thunky), "streams" (always; raises ScheduleUnavailableError without thunky or
+CUDA), "auto" (thunky only on CUDA, with a predicted gain that a measurement confirms).
+"""
+
+from .plan import (
+    H200_STREAMS,
+    Buffer,
+    Plan,
+    Region,
+    ScheduleError,
+    ScheduleUnavailableError,
+    Slot,
+    Step,
+    Storage,
+    StreamCosts,
+    plan_program,
+)
+from .program import Program, build_program
+from .thunky import (
+    MODES,
+    Decision,
+    Scheduled,
+    apply,
+    choose,
+    cuda_available,
+    emit,
+    lower_to_dialect,
+    schedule_program,
+    thunky_available,
+)
+from .validate import PlanError, ValidationReport, check, simulate, validate
+
+__all__ = [
+    "MODES",
+    "H200_STREAMS",
+    "StreamCosts",
+    "Plan",
+    "Region",
+    "Step",
+    "Buffer",
+    "Slot",
+    "Storage",
+    "Program",
+    "build_program",
+    "plan_program",
+    "ScheduleError",
+    "ScheduleUnavailableError",
+    "PlanError",
+    "ValidationReport",
+    "check",
+    "validate",
+    "simulate",
+    "Decision",
+    "Scheduled",
+    "choose",
+    "emit",
+    "schedule_program",
+    "apply",
+    "thunky_available",
+    "cuda_available",
+    "lower_to_dialect",
+]

@@ -1,0 +1,687 @@
+"""Plan: a program as regions on streams with explicit buffers, priced against XLA's own schedule.
+
+A region becomes one `thunky.call_jax`. Regions are few and large on purpose: without graph capture
+every kernel thunky launches costs host time (DESIGN.md, Scheduler). The planner coarsens the op DAG
+into branch clusters, list-schedules them on k lanes, cuts the timeline into stages (all cross-lane
+edges cross a stage boundary, where side streams are joined), makes one region per stage and lane,
+then places every value that crosses a region boundary in a buffer: program inputs (and leading-axis
+views of them), outputs (branch results written in place into a stacked output), donated inputs
+reused for outputs, and a scratch arena per dtype reused by stage live range.
+
+The plan is data: `repr(plan)` is a table, `plan.to_dict()` is JSON-able, and `validate.check`
+verifies it without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import JaxrwError
+from ..rewrite.profiles import Profile
+from .program import Lit, Program, build_program
+
+__all__ = [
+    "StreamCosts",
+    "H200_STREAMS",
+    "ScheduleError",
+    "ScheduleUnavailableError",
+    "Slot",
+    "Storage",
+    "Buffer",
+    "Region",
+    "Step",
+    "Plan",
+    "plan_program",
+    "ARENA_ALIGN",
+]
+
+ARENA_ALIGN = 256  # bytes: XLA aligns its own temporaries this way; kernels may rely on it
+
+
+class ScheduleError(JaxrwError):
+    """The program cannot be scheduled with thunky (effects, empty or sub-byte buffers, ...)."""
+
+
+class ScheduleUnavailableError(ScheduleError):
+    """schedule="streams" was asked for where thunky or a CUDA device is missing."""
+
+
+@dataclass(frozen=True)
+class StreamCosts:
+    """What the two executors cost beyond the kernels themselves, in seconds.
+
+    Defaults follow the H200 measurements in DESIGN.md: XLA graph-captures its kernels (~1 µs each);
+    thunky launches each kernel from the host (~2.5 µs, a floor for a whole stage, shared by all
+    streams: 16 experts 129 µs XLA vs 286-310 thunky); overlapping bandwidth-bound branches on
+    streams lost (8 x 128x2048: 297 one stream vs 501 four), priced as `contention`."""
+
+    xla_kernel_s: float = 1.0e-6
+    thunky_kernel_s: float = 2.5e-6
+    thunky_call_s: float = 8e-6
+    region_s: float = 2e-6
+    buffer_s: float = 0.5e-6
+    sync_s: float = 4e-6
+    contention: float = 0.6
+    light_s: float = 2e-6  # clusters cheaper than this join a neighbour instead of standing alone
+    min_gain: float = 0.10  # `auto` wants this predicted gain (then measures) before using thunky
+
+
+H200_STREAMS = StreamCosts()
+
+
+@dataclass(frozen=True)
+class Storage:
+    """A base buffer: a program input, an output, or the scratch arena of one dtype."""
+
+    name: str  # "in:3", "out:0", "arena:float32"
+    kind: str  # "input" | "output" | "arena"
+    dtype: str
+    shape: tuple[int, ...]
+    index: int = -1  # flat input or output index
+
+    @property
+    def size(self) -> int:
+        return int(math.prod(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a value lives: `size` elements at element `offset` of a storage, viewed as `shape`."""
+
+    storage: str
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size(self) -> int:
+        return int(math.prod(self.shape))
+
+    @property
+    def byte_range(self) -> tuple[int, int]:
+        item = np.dtype(self.dtype).itemsize
+        return self.offset * item, (self.offset + self.size) * item
+
+
+@dataclass
+class Buffer:
+    """A value that crosses a region boundary (or the thunky boundary) and the memory it uses."""
+
+    value: int
+    kind: str  # "input" | "view" | "output" | "part" | "scratch" | "donated"
+    slot: Slot
+    writers: tuple[int, ...] = ()  # regions
+    readers: tuple[int, ...] = ()
+    parent: int | None = None  # the value whose memory contains this one (input of a view, join of a part)
+
+
+@dataclass
+class Region:
+    id: int
+    ops: tuple[int, ...]
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+    stage: int
+    stream: int
+    time_s: float
+    kernels: int
+    temp_bytes: int  # XLA temporaries inside the region's own executable (estimate)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One statement of the main stream: `run` a region, `start` regions on a side stream (an event),
+    or wait until an event is `done`."""
+
+    kind: str
+    regions: tuple[int, ...] = ()
+    stream: int = 0
+    event: int = -1
+
+
+@dataclass
+class Plan:
+    program: Program
+    regions: list[Region]
+    steps: list[Step]
+    buffers: dict[int, Buffer]
+    storages: dict[str, Storage]
+    out_storage: dict[int, str]  # flat output index -> storage holding it (absent: computed outside)
+    donate: tuple[int, ...] = ()
+    xla_s: float = 0.0
+    thunky_s: float = 0.0
+    peak_bytes: int = 0
+    scratch_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def streams(self) -> int:
+        return len({r.stream for r in self.regions})
+
+    @property
+    def stages(self) -> int:
+        return len({r.stage for r in self.regions})
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.xla_s / self.thunky_s if self.thunky_s > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "regions": [
+                dict(
+                    id=r.id,
+                    stage=r.stage,
+                    stream=r.stream,
+                    ops=len(r.ops),
+                    kernels=r.kernels,
+                    time_s=r.time_s,
+                    reads=list(r.reads),
+                    writes=list(r.writes),
+                    temp_bytes=r.temp_bytes,
+                )
+                for r in self.regions
+            ],
+            "steps": [
+                dict(kind=s.kind, regions=list(s.regions), stream=s.stream, event=s.event) for s in self.steps
+            ],
+            "buffers": [
+                dict(
+                    value=b.value,
+                    kind=b.kind,
+                    storage=b.slot.storage,
+                    offset=b.slot.offset,
+                    shape=list(b.slot.shape),
+                    dtype=b.slot.dtype,
+                    writers=list(b.writers),
+                    readers=list(b.readers),
+                    parent=b.parent,
+                )
+                for b in self.buffers.values()
+            ],
+            "storages": [
+                dict(name=s.name, kind=s.kind, dtype=s.dtype, shape=list(s.shape), bytes=s.nbytes)
+                for s in self.storages.values()
+            ],
+            "out_storage": {str(k): v for k, v in self.out_storage.items()},
+            "streams": self.streams,
+            "stages": self.stages,
+            "donate": list(self.donate),
+            "xla_s": self.xla_s,
+            "thunky_s": self.thunky_s,
+            "predicted_speedup": self.predicted_speedup,
+            "peak_bytes": self.peak_bytes,
+            "scratch_bytes": self.scratch_bytes,
+            "notes": list(self.notes),
+        }
+
+    def __repr__(self) -> str:
+        us = 1e6
+        lines = [
+            f"Plan: {len(self.regions)} regions, {self.streams} streams, {self.stages} stages; predicted "
+            f"XLA {self.xla_s * us:.1f} µs, thunky {self.thunky_s * us:.1f} µs "
+            f"({self.predicted_speedup:.2f}x); peak {_mib(self.peak_bytes)} "
+            f"(scratch {_mib(self.scratch_bytes)})"
+        ]
+        lines.append("  region stage stream  ops kernels      time  reads -> writes")
+        for r in self.regions:
+            lines.append(
+                f"  r{r.id:<5} {r.stage:>5} {r.stream:>6} {len(r.ops):>4} {r.kernels:>7} "
+                f"{r.time_s * us:>7.1f}µs  {_vals(r.reads)} -> {_vals(r.writes)}"
+            )
+        lines.append("  steps: " + "; ".join(_step_text(s) for s in self.steps))
+        lines.append("  buffer    kind     storage            offset  shape              writers  readers")
+        for b in self.buffers.values():
+            lines.append(
+                f"  v{b.value:<7} {b.kind:<8} {b.slot.storage:<18} {b.slot.offset:>6}  "
+                f"{b.slot.dtype}{list(b.slot.shape)!s:<14} {_regs(b.writers):<8} {_regs(b.readers)}"
+            )
+        for n in self.notes:
+            lines.append(f"  note: {n}")
+        return "\n".join(lines)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _vals(vs: tuple[int, ...]) -> str:
+    text = ",".join(f"v{v}" for v in vs[:6])
+    return text + (f",+{len(vs) - 6}" if len(vs) > 6 else "") if vs else "-"
+
+
+def _regs(rs: tuple[int, ...]) -> str:
+    return ",".join(f"r{r}" for r in rs) or "-"
+
+
+def _step_text(s: Step) -> str:
+    if s.kind == "run":
+        return f"run r{s.regions[0]}"
+    if s.kind == "start":
+        return f"start e{s.event} on stream {s.stream}: " + ",".join(f"r{r}" for r in s.regions)
+    return f"done e{s.event}"
+
+
+# -- planning -------------------------------------------------------------------------------------
+
+
+def plan_program(
+    closed: Any,
+    profile: Profile,
+    *,
+    costs: StreamCosts = H200_STREAMS,
+    streams: int | None = None,
+    max_streams: int = 8,
+    donate: tuple[int, ...] = (),
+) -> Plan:
+    """The cheapest predicted plan for `closed` (a ClosedJaxpr or a built Program).
+
+    `streams=k` forces k lanes; otherwise k in 1, 2, 4, 8 (up to `max_streams`) is priced and the
+    cheapest kept. `donate` lists flat input indices whose buffers the caller gives up."""
+    try:
+        prog = closed if isinstance(closed, Program) else build_program(closed, profile)
+    except ValueError as e:
+        raise ScheduleError(f"cannot schedule this program: {e}") from e
+    compute = [op.index for op in prog.ops if not op.free]
+    clusters = _coarsen(prog, compute, costs)
+    ks = [streams] if streams else [k for k in (1, 2, 4, 8) if k <= max(1, max_streams)]
+    best: Plan | None = None
+    for k in ks:
+        plan = _plan_for(prog, clusters, k, profile, costs, tuple(donate))
+        if best is None or plan.thunky_s < best.thunky_s * 0.999:
+            best = plan
+    assert best is not None
+    return best
+
+
+def _deps(prog: Program, op_ids: list[int]) -> dict[int, set[int]]:
+    """op -> ops it reads from (through join parts; views and inputs add none)."""
+    pos = set(op_ids)
+    out: dict[int, set[int]] = {}
+    for i in op_ids:
+        preds: set[int] = set()
+        for a in prog.ops[i].ins:
+            if not isinstance(a, Lit):
+                preds.update(w for w in prog.writers(a) if w in pos)
+        out[i] = preds
+    return out
+
+
+def _coarsen(prog: Program, op_ids: list[int], costs: StreamCosts) -> list[list[int]]:
+    """Merge chains and light ops into branch clusters; returns clusters in topological order."""
+    deps = _deps(prog, op_ids)
+    members = {i: [i] for i in op_ids}
+    preds = {i: set(deps[i]) for i in op_ids}
+    succs: dict[int, set[int]] = {i: set() for i in op_ids}
+    for i, ps in preds.items():
+        for p in ps:
+            succs[p].add(i)
+
+    def cost(c: int) -> float:
+        return sum(prog.ops[i].time_s + prog.ops[i].kernels * costs.xla_kernel_s for i in members[c])
+
+    def merge(a: int, b: int) -> None:
+        members[b].extend(members.pop(a))
+        for p in preds.pop(a):
+            succs[p].discard(a)
+            if p != b:
+                succs[p].add(b)
+                preds[b].add(p)
+        for s in succs.pop(a):
+            preds[s].discard(a)
+            if s != b:
+                preds[s].add(b)
+                succs[b].add(s)
+        preds[b].discard(a)
+        succs[b].discard(a)
+
+    changed = True
+    while changed:
+        changed = False
+        for c in sorted(members):
+            if c not in members:
+                continue
+            if len(preds[c]) == 1:
+                (p,) = preds[c]
+                if succs[p] == {c} or cost(c) < costs.light_s:
+                    merge(c, p)
+                    changed = True
+                    continue
+            if len(succs[c]) == 1 and cost(c) < costs.light_s:
+                (s,) = succs[c]
+                merge(c, s)
+                changed = True
+    order = _topo(members, preds)
+    return [sorted(members[c]) for c in order]
+
+
+def _topo(members: dict[int, list[int]], preds: dict[int, set[int]]) -> list[int]:
+    done: set[int] = set()
+    order: list[int] = []
+    pending = sorted(members, key=lambda c: min(members[c]))
+    while pending:
+        rest = []
+        for c in pending:
+            if preds[c] <= done:
+                order.append(c)
+                done.add(c)
+            else:
+                rest.append(c)
+        if len(rest) == len(pending):
+            raise ScheduleError("internal: the cluster graph has a cycle")
+        pending = rest
+    return order
+
+
+def _plan_for(
+    prog: Program,
+    clusters: list[list[int]],
+    k: int,
+    profile: Profile,
+    costs: StreamCosts,
+    donate: tuple[int, ...],
+) -> Plan:
+    lanes, start = _list_schedule(prog, clusters, k, costs)
+    stages = _stages(prog, clusters, lanes, start) if clusters else []
+    regions: list[Region] = []
+    steps: list[Step] = []
+    event = 0
+    for s, lane_ops in enumerate(stages):
+        used = [(lane, sorted(ops)) for lane, ops in sorted(lane_ops.items()) if ops]
+        main = max(used, key=lambda lo: sum(prog.ops[i].time_s for i in lo[1]))
+        side = [lo for lo in used if lo is not main]
+        starts, dones = [], []
+        for n, (_lane, ops) in enumerate(side, start=1):
+            regions.append(_region(prog, len(regions), ops, s, n, costs))
+            starts.append(Step("start", (regions[-1].id,), n, event))
+            dones.append(Step("done", (), n, event))
+            event += 1
+        regions.append(_region(prog, len(regions), main[1], s, 0, costs))
+        steps.extend([*starts, Step("run", (regions[-1].id,)), *dones])
+    plan = Plan(prog, regions, steps, {}, {}, {}, donate)
+    _place(plan)
+    _predict(plan, profile, costs)
+    return plan
+
+
+def _cluster_time(prog: Program, ops: list[int], costs: StreamCosts) -> float:
+    return sum(prog.ops[i].time_s + prog.ops[i].kernels * costs.xla_kernel_s for i in ops)
+
+
+def _list_schedule(
+    prog: Program, clusters: list[list[int]], k: int, costs: StreamCosts
+) -> tuple[list[int], list[float]]:
+    """Lane and start time of each cluster: highest bottom level first, onto the lane where it can
+    start earliest (an edge between lanes costs one synchronization)."""
+    owner = {i: c for c, ops in enumerate(clusters) for i in ops}
+    deps = _deps(prog, [i for ops in clusters for i in ops])
+    cpreds = [{owner[p] for i in ops for p in deps[i]} - {c} for c, ops in enumerate(clusters)]
+    csuccs: list[set[int]] = [set() for _ in clusters]
+    for c, ps in enumerate(cpreds):
+        for p in ps:
+            csuccs[p].add(c)
+    t = [_cluster_time(prog, ops, costs) for ops in clusters]
+    bottom = [0.0] * len(clusters)
+    for c in reversed(range(len(clusters))):
+        bottom[c] = t[c] + max((bottom[s] for s in csuccs[c]), default=0.0)
+    lane = [-1] * len(clusters)
+    start = [0.0] * len(clusters)
+    finish = [0.0] * len(clusters)
+    free = [0.0] * k
+    placed: set[int] = set()
+    while len(placed) < len(clusters):
+        ready = [c for c in range(len(clusters)) if c not in placed and cpreds[c] <= placed]
+        c = max(ready, key=lambda x: (bottom[x], -x))
+        best = (math.inf, 0)
+        for ln in range(k):
+            st = max([free[ln], *[finish[p] + (0.0 if lane[p] == ln else costs.sync_s) for p in cpreds[c]]])
+            if st < best[0] - 1e-12:
+                best = (st, ln)
+        start[c], lane[c] = best
+        finish[c] = start[c] + t[c]
+        free[lane[c]] = finish[c]
+        placed.add(c)
+    return lane, start
+
+
+def _stages(
+    prog: Program, clusters: list[list[int]], lanes: list[int], start: list[float]
+) -> list[dict[int, list[int]]]:
+    """Cut the lanes into stages so that every edge between lanes crosses a stage boundary."""
+    owner = {i: c for c, ops in enumerate(clusters) for i in ops}
+    deps = _deps(prog, list(owner))
+    stages: list[dict[int, list[int]]] = [{}]
+    stage_of: dict[int, int] = {}
+    for c in sorted(range(len(clusters)), key=lambda x: (start[x], x)):  # a topological order
+        preds = {owner[p] for i in clusters[c] for p in deps[i]} - {c}
+        if any(stage_of[p] == len(stages) - 1 and lanes[p] != lanes[c] for p in preds):
+            stages.append({})
+        stages[-1].setdefault(lanes[c], []).extend(clusters[c])
+        stage_of[c] = len(stages) - 1
+    return stages
+
+
+def _region(prog: Program, rid: int, ops: list[int], stage: int, stream: int, costs: StreamCosts) -> Region:
+    t = _cluster_time(prog, ops, costs)
+    kernels = sum(prog.ops[i].kernels for i in ops)
+    return Region(rid, tuple(ops), (), (), stage, stream, t, kernels, 0)
+
+
+# -- buffers --------------------------------------------------------------------------------------
+
+
+def _place(plan: Plan) -> None:
+    """Reads and writes of every region, and a slot for every value that crosses a boundary."""
+    prog = plan.program
+    outputs = [o for o in prog.outputs if not isinstance(o, Lit)]
+    # a region that reads a join it writes parts of evaluates the join itself (it reads its
+    # inputs before it writes, so it cannot read the parts back from memory)
+    for r in plan.regions:
+        mine = {o for i in r.ops for o in prog.ops[i].outs}
+        extra = set()
+        for i in r.ops:
+            for a in prog.ops[i].ins:
+                if not isinstance(a, Lit) and a in prog.joins and any(p in mine for p, _ in prog.joins[a]):
+                    extra.update(prog.join_ops[a])
+        r.ops = tuple(sorted(set(r.ops) | extra))
+    region_of = {i: r.id for r in plan.regions for i in r.ops}
+    reads: dict[int, set[int]] = {r.id: set() for r in plan.regions}
+    writes: dict[int, set[int]] = {r.id: set() for r in plan.regions}
+
+    def producer_region(v: int) -> int | None:
+        pid = prog.producer.get(v)
+        return None if pid is None else region_of.get(pid)
+
+    needed_joins = {o for o in outputs if o in prog.joins}
+    for r in plan.regions:
+        for i in r.ops:
+            for a in prog.ops[i].ins:
+                if isinstance(a, Lit) or a in prog.consts or producer_region(a) == r.id:
+                    continue
+                reads[r.id].add(a)
+                if a in prog.joins:
+                    needed_joins.add(a)
+                elif producer_region(a) is not None:
+                    writes[producer_region(a)].add(a)
+    for j in needed_joins:
+        for p, _ in prog.joins[j]:
+            writes[producer_region(p)].add(p)
+    for o in outputs:
+        pr = producer_region(o)
+        if pr is not None and o not in prog.joins:
+            writes[pr].add(o)
+    for r in plan.regions:
+        r.reads, r.writes = tuple(sorted(reads[r.id])), tuple(sorted(writes[r.id]))
+        r.temp_bytes = _temp_bytes(prog, r)
+
+    readers: dict[int, list[int]] = {}
+    for r in plan.regions:
+        for v in r.reads:
+            readers.setdefault(v, []).append(r.id)
+    writers = {
+        v: [r.id for r in plan.regions if v in r.writes] for v in {v for r in plan.regions for v in r.writes}
+    }
+    stage = {r.id: r.stage for r in plan.regions}
+    storages = plan.storages
+    buffers = plan.buffers
+
+    for i, v in enumerate(prog.inputs):
+        storages[f"in:{i}"] = Storage(f"in:{i}", "input", str(prog.dtype(v)), prog.shape(v), i)
+    in_index = {v: i for i, v in enumerate(prog.inputs)}
+    for v in sorted(set(readers) | set(writers)):
+        if v in in_index:
+            buffers[v] = Buffer(v, "input", Slot(f"in:{in_index[v]}", 0, prog.shape(v), str(prog.dtype(v))))
+        elif v in prog.views:
+            base, off = prog.views[v]
+            buffers[v] = Buffer(
+                v, "view", Slot(f"in:{in_index[base]}", off, prog.shape(v), str(prog.dtype(v))), parent=base
+            )
+
+    # outputs: their own storage, or a donated input of the same shape once nothing else reads it
+    hosted: set[int] = set()
+    for j, o in enumerate(prog.outputs):
+        if isinstance(o, Lit) or o in buffers or not (o in writers or o in prog.joins):
+            continue
+        host = _donated_host(plan, o, writers.get(o, []), readers, hosted, stage)
+        if host is not None:
+            hosted.add(host)
+            name = f"in:{host}"
+            buffers[o] = Buffer(
+                o, "donated", Slot(name, 0, prog.shape(o), str(prog.dtype(o))), parent=prog.inputs[host]
+            )
+        else:
+            name = f"out:{j}"
+            storages[name] = Storage(name, "output", str(prog.dtype(o)), prog.shape(o), j)
+            buffers[o] = Buffer(o, "output", Slot(name, 0, prog.shape(o), str(prog.dtype(o))))
+        plan.out_storage[j] = name
+    for j, o in enumerate(prog.outputs):  # repeated outputs share the first one's storage
+        if (
+            j not in plan.out_storage
+            and not isinstance(o, Lit)
+            and o in buffers
+            and buffers[o].kind in ("output", "donated")
+        ):
+            plan.out_storage[j] = buffers[o].slot.storage
+
+    # scratch: joins that are not outputs, then every other crossing value, first-fit by live range
+    live: dict[int, tuple[int, int]] = {}
+    for v in set(readers) | set(writers) | needed_joins:
+        if v in buffers or (v in prog.part_of and prog.part_of[v][0] in needed_joins):
+            continue
+        ws = writers.get(v, []) or [w for p, _ in prog.joins.get(v, []) for w in writers.get(p, [])]
+        parts = [p for p, _ in prog.joins.get(v, [])]
+        acc = ws + readers.get(v, []) + [r for p in parts for r in readers.get(p, []) + writers.get(p, [])]
+        live[v] = (min(stage[r] for r in acc), max(stage[r] for r in acc))
+    arena_end: dict[str, int] = {}
+    placed: list[tuple[int, str, int, int, int, int]] = []  # value, dtype, start, end, s0, s1
+    for v in sorted(live, key=lambda x: (-prog.nbytes(x), x)):
+        dt = str(prog.dtype(v))
+        unit = max(1, ARENA_ALIGN // prog.dtype(v).itemsize)
+        size = int(math.prod(prog.shape(v)))
+        s0, s1 = live[v]
+        busy = sorted((a, b) for (_, d, a, b, t0, t1) in placed if d == dt and not (t1 < s0 or s1 < t0))
+        off = 0
+        for a, b in busy:
+            if off + size <= a:
+                break
+            off = max(off, -(-b // unit) * unit)
+        placed.append((v, dt, off, off + size, s0, s1))
+        arena_end[dt] = max(arena_end.get(dt, 0), off + size)
+        buffers[v] = Buffer(v, "scratch", Slot(f"arena:{dt}", off, prog.shape(v), dt))
+    for dt, n in arena_end.items():
+        storages[f"arena:{dt}"] = Storage(f"arena:{dt}", "arena", dt, (n,))
+    # parts live inside their join
+    for j in needed_joins:
+        js = buffers[j].slot
+        for p, off in prog.joins[j]:
+            buffers[p] = Buffer(
+                p, "part", Slot(js.storage, js.offset + off, prog.shape(p), str(prog.dtype(p))), parent=j
+            )
+    for v, b in buffers.items():
+        ws = writers.get(v, [])
+        if v in prog.joins:
+            ws = [w for p, _ in prog.joins[v] for w in writers.get(p, [])]
+        b.writers, b.readers = tuple(sorted(set(ws))), tuple(sorted(set(readers.get(v, []))))
+
+
+def _donated_host(
+    plan: Plan,
+    o: int,
+    out_writers: list[int],
+    readers: dict[int, list[int]],
+    hosted: set[int],
+    stage: dict[int, int],
+) -> int | None:
+    prog = plan.program
+    if o in prog.joins or len(out_writers) != 1:
+        return None
+    (w,) = out_writers
+    for i in plan.donate:
+        x = prog.inputs[i]
+        if i in hosted or prog.shape(x) != prog.shape(o) or prog.dtype(x) != prog.dtype(o):
+            continue
+        uses = [
+            (r, v) for v, rs in readers.items() for r in rs if v == x or prog.views.get(v, (None,))[0] == x
+        ]
+        if all(stage[r] < stage[w] or (r == w and v == x) for r, v in uses):
+            return i
+    return None
+
+
+def _temp_bytes(prog: Program, r: Region) -> int:
+    """Peak bytes of kernel results that stay inside the region (XLA's temporaries there)."""
+    last: dict[int, int] = {}
+    for i in r.ops:
+        for a in prog.ops[i].ins:
+            if not isinstance(a, Lit):
+                last[a] = i
+    live, peak = 0, 0
+    ends: dict[int, int] = {}
+    for i in r.ops:
+        op = prog.ops[i]
+        for o in op.outs:
+            if o in r.writes or op.kernels == 0 or o not in last:
+                continue
+            live += prog.nbytes(o)
+            ends[last[o]] = ends.get(last[o], 0) + prog.nbytes(o)
+        peak = max(peak, live)
+        live -= ends.pop(i, 0)
+    return peak
+
+
+def _predict(plan: Plan, profile: Profile, costs: StreamCosts) -> None:
+    prog = plan.program
+    compute = [op for op in prog.ops if not op.free]
+    plan.xla_s = sum(op.time_s + op.kernels * costs.xla_kernel_s for op in compute)
+    total = costs.thunky_call_s
+    for s in sorted({r.stage for r in plan.regions}):
+        rs = [r for r in plan.regions if r.stage == s]
+        kernels = sum(r.kernels for r in rs)
+        host = kernels * costs.thunky_kernel_s
+        if len(rs) == 1:
+            t = max(rs[0].time_s, host)
+        else:
+            ops = [prog.ops[i] for r in rs for i in r.ops]
+            work = sum(op.time_s * op.busy for op in ops)
+            moved = sum(op.nbytes for op in ops) / (profile.bandwidth * costs.contention)
+            t = max(max(r.time_s for r in rs), work, moved, host) + costs.sync_s * (len(rs) - 1)
+        total += t + costs.region_s * len(rs)
+    crossing = {
+        b.slot.storage for b in plan.buffers.values() if b.kind in ("input", "view", "output", "donated")
+    }
+    plan.thunky_s = total + costs.buffer_s * len(crossing)
+    arena = sum(s.nbytes for s in plan.storages.values() if s.kind == "arena")
+    temps = sum(r.temp_bytes for r in plan.regions)
+    io = sum(s.nbytes for s in plan.storages.values() if s.kind in ("input", "output"))
+    plan.scratch_bytes = arena + temps
+    plan.peak_bytes = io + plan.scratch_bytes
+    if not plan.regions:
+        plan.notes.append("no computation: every output is an input, a view or a constant")

@@ -1,0 +1,414 @@
+"""Emit a Plan as a `thunky.jit` program the user calls like a function, and the policy choosing it.
+
+The emitted function is one `jax.jit`: fresh Refs for the outputs (donated inputs become Refs that
+hold an output in place), one `thunky.jit` body that runs the plan's steps (`call_jax` per region on
+views of the buffers; `async_start`/`async_done` for side streams), and the outputs read back.
+`choose` is the policy: "xla" never uses thunky; "streams" always does and raises where it cannot;
+"auto" uses it only on CUDA with thunky present and a predicted gain, confirmed by a measurement.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import compat
+from ..errors import check_choice
+from ..rewrite.profiles import Profile, default_profile
+from .plan import H200_STREAMS, Plan, ScheduleError, ScheduleUnavailableError, StreamCosts, plan_program
+from .validate import check
+
+__all__ = [
+    "MODES",
+    "Decision",
+    "Scheduled",
+    "choose",
+    "emit",
+    "schedule_program",
+    "apply",
+    "thunky_available",
+    "cuda_available",
+    "lower_to_dialect",
+]
+
+log = logging.getLogger("jaxrw")
+MODES = ("auto", "xla", "streams")
+MEASURED_MARGIN = 0.03  # auto keeps thunky only when it measured at least this much faster
+_said: set[str] = set()
+
+
+def _say_once(key: str, msg: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        log.info(msg)
+
+
+def thunky_available() -> bool:
+    """jax.experimental.thunky imports and its MLIR dialect is built into this jaxlib."""
+    mod = compat.thunky_module()
+    if mod is None or not hasattr(mod, "call_jax"):
+        return False
+    try:
+        from jax._src.lib import thunky_dialect  # jax 0.12: None when jaxlib lacks the dialect
+    except ImportError:
+        return False
+    return thunky_dialect is not None
+
+
+def cuda_available() -> bool:
+    try:
+        return compat.device_kind() == "cuda" and bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@dataclass(frozen=True)
+class Decision:
+    use_thunky: bool
+    reason: str
+
+
+def choose(
+    mode: str,
+    plan: Plan | None = None,
+    *,
+    thunky: bool | None = None,
+    cuda: bool | None = None,
+    costs: StreamCosts = H200_STREAMS,
+) -> Decision:
+    """Whether `mode` runs `plan` under thunky here. `thunky`/`cuda` override the detection (tests)."""
+    check_choice("schedule", mode, MODES)
+    if mode == "xla":
+        return Decision(False, "schedule='xla'")
+    have = thunky_available() if thunky is None else thunky
+    gpu = cuda_available() if cuda is None else cuda
+    if mode == "streams":
+        if not have:
+            raise ScheduleUnavailableError(
+                "schedule='streams' needs jax.experimental.thunky with its MLIR dialect (jax >= 0.12); "
+                f"this is jax {jax.__version__}. Use schedule='auto' or 'xla'."
+            )
+        if not gpu:
+            raise ScheduleUnavailableError(
+                f"schedule='streams' needs a CUDA device; the default backend is {jax.default_backend()!r}. "
+                "Use schedule='auto' or 'xla'."
+            )
+        return Decision(True, "schedule='streams'")
+    if not have:
+        _say_once(
+            "no-thunky",
+            f"jaxrw: jax.experimental.thunky is not available (jax {jax.__version__}); using XLA's schedule",
+        )
+        return Decision(False, "thunky unavailable")
+    if not gpu:
+        return Decision(False, "no CUDA device")
+    if plan is None or not plan.regions:
+        return Decision(False, "nothing to schedule")
+    if plan.thunky_s < plan.xla_s * (1 - costs.min_gain):
+        return Decision(True, f"predicted {plan.predicted_speedup:.2f}x")
+    return Decision(
+        False,
+        f"predicted {plan.predicted_speedup:.2f}x, below the {1 / (1 - costs.min_gain):.2f}x "
+        "a schedule must promise",
+    )
+
+
+# -- emission -------------------------------------------------------------------------------------
+
+
+def _layout(plan: Plan) -> tuple[list[str], list[str], list[str], set[str]]:
+    """Storage names in argument order: inputs read, outputs, arenas; and inputs that host outputs."""
+    used = {b.slot.storage for b in plan.buffers.values()}
+    st = plan.storages
+    ins = sorted((n for n in used if st[n].kind == "input"), key=lambda n: st[n].index)
+    outs = sorted((n for n in used if st[n].kind == "output"), key=lambda n: st[n].index)
+    arenas = sorted(n for n in used if st[n].kind == "arena")
+    hosted = {b.slot.storage for b in plan.buffers.values() if b.kind == "donated"}
+    return ins, outs, arenas, hosted
+
+
+def _kernel(plan: Plan) -> Callable[..., None]:
+    """The `thunky.jit` body: arguments are the input storages, output storages (Refs), then arenas."""
+    from jax.experimental import thunky
+
+    prog = plan.program
+    ins, outs, arenas, _ = _layout(plan)
+    names = ins + outs + arenas
+    regions = {r.id: r for r in plan.regions}
+
+    def body(*refs: Any) -> None:
+        base = dict(zip(names, refs, strict=True))
+
+        def ref(v: int) -> Any:
+            s = plan.buffers[v].slot
+            st = plan.storages[s.storage]
+            b = base[s.storage]
+            if s.offset == 0 and s.shape == st.shape:
+                return b
+            flat = b if len(st.shape) == 1 else b.reshape(st.size)
+            if not s.shape:
+                return flat.at[s.offset]
+            view = flat.at[s.offset : s.offset + s.size]
+            return view if len(s.shape) == 1 else view.reshape(*s.shape)
+
+        def run(rid: int) -> None:
+            r = regions[rid]
+            compute = prog.compute_fn(r.ops, r.reads, r.writes)
+            n = len(r.reads)
+
+            def region(*rs: Any) -> None:
+                vals = compute(*[x[...] for x in rs[:n]])
+                for o, val in zip(rs[n:], vals, strict=True):
+                    o[...] = val
+
+            region.__name__ = f"jaxrw_region_{rid}"
+            thunky.call_jax(region, *[ref(v) for v in r.reads], *[ref(v) for v in r.writes])
+
+        tokens: dict[int, Any] = {}
+        for step in plan.steps:
+            if step.kind == "run":
+                run(step.regions[0])
+            elif step.kind == "start":
+
+                def task(rids: tuple[int, ...] = step.regions) -> None:
+                    for rid in rids:
+                        run(rid)
+
+                tokens[step.event] = thunky.async_start(task, stream_id=step.stream)
+            else:
+                thunky.async_done(tokens.pop(step.event))
+
+    scratch = tuple(jax.ShapeDtypeStruct(plan.storages[n].shape, plan.storages[n].dtype) for n in arenas)
+    return thunky.jit(body, scratch_shapes=scratch)
+
+
+def emit(plan: Plan, donate: Sequence[int] = (), out_tree: Any = None) -> Callable[..., Any]:
+    """The plan as a jitted function of the flat inputs returning the flat outputs (a list, or
+    `out_tree` unflattened). Tracing it works anywhere thunky imports; running it needs CUDA."""
+    prog = plan.program
+    ins, outs, _arenas, hosted = _layout(plan)
+    kernel = _kernel(plan)
+    storages = plan.storages
+
+    def scheduled(*args: Any) -> Any:
+        in_refs = [
+            jax.new_ref(args[storages[n].index]) if n in hosted else args[storages[n].index] for n in ins
+        ]
+        out_refs = [jax.new_ref(jnp.empty(storages[n].shape, storages[n].dtype)) for n in outs]
+        kernel(*in_refs, *out_refs)
+        held = dict(zip(ins, in_refs, strict=True)) | dict(zip(outs, out_refs, strict=True))
+        result = [
+            held[plan.out_storage[j]][...] if j in plan.out_storage else jnp.asarray(prog.outside(v, args))
+            for j, v in enumerate(prog.outputs)
+        ]
+        return result if out_tree is None else jax.tree_util.tree_unflatten(out_tree, result)
+
+    scheduled.__name__ = "jaxrw_scheduled"
+    return jax.jit(scheduled, donate_argnums=tuple(donate))
+
+
+class Scheduled:
+    """The callable schedule_program returns: the thunky program, with jax.jit of the original for
+    calls under a JAX transformation (grad, vmap, ...), which thunky programs do not support."""
+
+    def __init__(self, fast: Callable, fallback: Callable, plan: Plan, decision: Decision):
+        self.fast, self.fallback, self.plan, self.decision = fast, fallback, plan, decision
+
+    def __call__(self, *args: Any) -> Any:
+        # a jit trace (DynamicJaxprTracer) is fine; JVP/batching tracers are not
+        if any(compat.is_tracer(a) and type(a).__name__ != "DynamicJaxprTracer" for a in args):
+            return self.fallback(*args)
+        return self.fast(*args)
+
+    def __repr__(self) -> str:
+        return f"Scheduled({self.decision.reason})\n{self.plan!r}"
+
+
+def schedule_program(
+    result_fn: Callable,
+    flat_specs: Sequence[Any],
+    plan_or_mode: Plan | str,
+    profile: Profile | None = None,
+    donate: Sequence[int] = (),
+    *,
+    costs: StreamCosts = H200_STREAMS,
+    measure: bool = True,
+) -> Scheduled | None:
+    """The thunky program for `result_fn` (a function of the flat inputs), or None for XLA's schedule.
+
+    `plan_or_mode` is a Plan (emitted as given, after validation) or a mode of `choose`. In "auto",
+    a predicted gain is confirmed by timing both programs on the device (`measure=False` skips it)."""
+    profile = profile or default_profile(compat.device_kind())
+    mode = "streams" if isinstance(plan_or_mode, Plan) else plan_or_mode
+    first = choose(mode, None, costs=costs)  # raises for "streams" where thunky cannot run
+    if mode == "xla" or (mode == "auto" and first.reason in ("thunky unavailable", "no CUDA device")):
+        return None
+    closed, shape = jax.make_jaxpr(result_fn, return_shape=True)(*flat_specs)
+    out_tree = jax.tree_util.tree_structure(shape)
+    if isinstance(plan_or_mode, Plan):
+        plan = plan_or_mode
+    else:
+        try:
+            plan = plan_program(closed, profile, costs=costs, donate=tuple(donate))
+        except ScheduleError as e:
+            if mode == "streams":
+                raise
+            log.debug("jaxrw: not scheduling %s: %s", _name(result_fn), e)
+            return None
+    check(plan)
+    decision = choose(mode, plan, costs=costs)
+    if not decision.use_thunky or not plan.regions:
+        log.debug("jaxrw: XLA schedule for %s: %s", _name(result_fn), decision.reason)
+        return None
+    fallback = jax.jit(result_fn, donate_argnums=tuple(donate))
+    fast = emit(plan, donate, out_tree)
+    if mode == "auto" and measure:
+        try:
+            t_xla, t_thunky = _measure(jax.jit(result_fn), emit(plan, (), out_tree), flat_specs)
+        except Exception as e:  # noqa: BLE001 - auto never breaks the program; it keeps XLA's schedule
+            log.warning(
+                "jaxrw: thunky schedule of %s failed to run (%s: %s); using XLA's schedule",
+                _name(result_fn),
+                type(e).__name__,
+                e,
+            )
+            return None
+        if t_thunky > t_xla * (1 - MEASURED_MARGIN):
+            log.info(
+                "jaxrw: %s: thunky measured %.1f µs vs XLA %.1f µs; using XLA's schedule",
+                _name(result_fn),
+                t_thunky * 1e6,
+                t_xla * 1e6,
+            )
+            return None
+        decision = Decision(True, f"measured {t_xla / t_thunky:.2f}x ({decision.reason})")
+    return Scheduled(fast, fallback, plan, decision)
+
+
+def apply(
+    mode: str,
+    fn: Callable,
+    flat_specs: Sequence[Any],
+    donate: Sequence[int] = (),
+    profile: Profile | None = None,
+) -> Callable:
+    """What optimize() calls: the scheduled program for `fn`, or `jax.jit(fn, donate_argnums=donate)`."""
+    check_choice("schedule", mode, MODES)
+    try:
+        scheduled = schedule_program(fn, flat_specs, mode, profile, donate)
+    except ScheduleUnavailableError:
+        raise
+    except ScheduleError:
+        if mode == "streams":
+            raise
+        scheduled = None
+    return scheduled if scheduled is not None else jax.jit(fn, donate_argnums=tuple(donate))
+
+
+def _name(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+
+
+def random_inputs(flat_specs: Sequence[Any], seed: int = 0) -> list[Any]:
+    """Fresh non-zero inputs matching `flat_specs` (floats normal, ints small, bools random)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in flat_specs:
+        dt = np.dtype(s.dtype)
+        if dt.kind == "f" or str(dt) == "bfloat16":
+            x = rng.standard_normal(s.shape).astype(np.float32)
+        elif dt.kind == "b":
+            x = rng.random(s.shape) < 0.5
+        elif dt.kind in "iu":
+            x = rng.integers(0, 8, s.shape)
+        else:
+            x = rng.standard_normal(s.shape)
+        out.append(jnp.asarray(x, dtype=dt))
+    return out
+
+
+def time_call(fn: Callable, args: Sequence[Any], calls: int = 20) -> float:
+    """Seconds per call: `calls` calls then one block_until_ready."""
+    t = time.perf_counter()
+    out = None
+    for _ in range(calls):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t) / calls
+
+
+def _measure(
+    xla: Callable, thunky_fn: Callable, flat_specs: Sequence[Any], rounds: int = 5
+) -> tuple[float, float]:
+    """Median seconds per call of both programs, timed interleaved after warm-up."""
+    args = random_inputs(flat_specs)
+    for f in (xla, thunky_fn):
+        jax.block_until_ready(f(*args))
+        time_call(f, args, 3)
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(time_call(xla, args))
+        b.append(time_call(thunky_fn, args))
+    return float(np.median(a)), float(np.median(b))
+
+
+# -- lowering without CUDA ------------------------------------------------------------------------
+
+
+def lower_to_dialect(plan: Plan, flat_specs: Sequence[Any], compile_regions: bool = True) -> str:
+    """The plan's thunky program in the thunky MLIR dialect, as far as a machine without CUDA gets.
+
+    Each `call_jax` needs a GPU executable to splice; here every region is instead compiled for the
+    host (`compile_regions`) and stands in the module as a `memzero` of the buffers it writes. The
+    rest (buffer slices, streams, events, scratch) is the real lowering, verified by MLIR."""
+    from jax._src import core
+    from jax._src.state.types import AbstractRef, WriteEffect
+    from jax._src.thunky import thunky as impl  # private: the dialect lowering (jax 0.12)
+
+    closed = jax.make_jaxpr(emit(plan))(*flat_specs)
+    inner = _find_eqn(closed.jaxpr, "thunky.call_thunky_nested")
+    if inner is None:
+        raise ScheduleError("the emitted program has no thunky call")
+
+    def stub(ctx: Any, block: Any, env: dict, eqn: Any) -> None:
+        specs, is_ref = eqn.params["slice_specs"], eqn.params["is_ref"]
+        if compile_regions:
+            avals = [
+                AbstractRef(core.ShapedArray(s[1], s[2])) if r else core.ShapedArray(s[1], s[2])
+                for s, r in zip(specs, is_ref, strict=True)
+            ]
+            jax.jit(eqn.params["fn"]).trace(*avals).lower().compile()
+        written = {e.input for e in eqn.effects if isinstance(e, WriteEffect)}
+        seen = set()
+        for k, var in enumerate(eqn.invars):
+            if (k in written or var in written) and (var, specs[k]) not in seen:
+                seen.add((var, specs[k]))
+                impl._thunky.memzero(impl._mlir_get_slice(ctx, env, var, specs[k]))
+
+    rules = impl._thunky_mlir_rules
+    saved = rules[impl.call_jax_p]
+    rules[impl.call_jax_p] = stub
+    try:
+        module = impl.jaxpr_to_mlir(inner.params["jaxpr"])
+    finally:
+        rules[impl.call_jax_p] = saved
+    return str(module)
+
+
+def _find_eqn(jaxpr: Any, name: str) -> Any:
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == name:
+            return eqn
+        body = eqn.params.get("jaxpr")
+        if body is not None:
+            found = _find_eqn(getattr(body, "jaxpr", body), name)
+            if found is not None:
+                return found
+    return None
