@@ -74,6 +74,7 @@ class _Entry:
     out_tree: Any
     report: RewriteReport | None
     fallback: str | None = None  # the cause, when jax.jit runs instead
+    trace: Any = None  # (closed jaxpr, RewriteResult, profile), kept only for explain
 
 
 @dataclass(eq=False)  # hashable by identity, like a jitted function
@@ -101,6 +102,7 @@ class Optimized:
     _cache: dict[Any, _Entry] = field(default_factory=dict, repr=False)
     _jitted: Any = field(default=None, repr=False)
     traces: int = 0  # how many signatures were traced (for tests and explain)
+    _keep: bool = field(default=False, repr=False)  # keep each signature's RewriteResult (explain)
 
     def __post_init__(self):
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
@@ -137,6 +139,12 @@ class Optimized:
         if key not in self._cache:
             self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         return self._cache[key].report
+
+    def explain(self, *args: Any, **kwargs: Any) -> Any:
+        """`jaxrw.explain` of this function for these arguments (`measure=True` also times it)."""
+        from .explain import explain
+
+        return explain(self, *args, **kwargs)
 
     def clear_cache(self) -> None:
         self._cache.clear()
@@ -222,7 +230,7 @@ class Optimized:
             call = HoistedCall(hoisted, donate)
         else:
             call = jax.jit(result.fn, donate_argnums=donate)
-        return _Entry(call, out_tree, report)
+        return _Entry(call, out_tree, report, trace=(closed, result, profile) if self._keep else None)
 
     def _autotune(self, result: Any, closed: Any, flat: Callable, leaves: list) -> None:
         """Replace the model's choice by the measured-fastest of it, its runners-up and the original."""

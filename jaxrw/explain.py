@@ -1,0 +1,537 @@
+"""`explain`: what jaxrw did to a program, where, and why it believes the result is faster.
+
+`explain(fn, *args)` runs the same pipeline as `optimize(fn)(*args)` on a private copy (so the
+caller's cache is untouched) and returns an `Explanation`: the rules that fired and the original
+equations they matched (with source lines), the original and optimized jaxprs, the predicted cost
+per region before and after, measured times (`measure=True`), e-graph size, iterations, stop
+reason and phase timings. Its repr is a table; `.to_json()` round-trips; in notebooks it renders
+as HTML; `.graph("before"|"after")` and `.render(dir)` draw the dataflow graphs with graphviz.
+
+Regions. A *region* is a connected group of original equations that the optimized program no
+longer computes as written (rewritten or removed), joined along the program's dataflow; the new
+e-nodes that replace them belong to the region they were reached from. Everything else is the
+`unchanged` row. Predicted costs per region sum (with that row) to the report's totals.
+
+Where rules fired. egglog reports match counts per rule, not locations. For each rule that fired,
+explain re-encodes the original program, runs that rule alone for one iteration and records the
+equations whose e-class it grew: the rule's matches in the program as written. A rule that only
+matched terms created by other rules has no such sites and is listed as "on rewritten terms".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+
+from . import compat
+from .explain_render import ExplanationViews
+
+__all__ = ["explain", "Explanation", "EquationInfo", "RuleSite", "Region"]
+
+log = logging.getLogger("jaxrw")
+
+# Options of explain itself (everything else is passed to optimize, or to the function when
+# explaining an Optimized).
+EXPLAIN_OPTIONS = ("measure", "sites", "samples")
+
+
+@dataclass
+class EquationInfo:
+    """One equation of the original program (calls inlined), in program order."""
+
+    index: int
+    primitive: str
+    text: str  # operand and result types
+    source: str  # file:line (function), or "" where jax recorded none
+    status: str  # kept | rewritten | removed | shared | unused
+    region: int | None = None
+
+
+@dataclass
+class RuleSite:
+    """A rule that fired: how often, and which original equations it matched."""
+
+    name: str
+    family: str
+    identity: str
+    exact: bool
+    matches: int
+    sites: list[int] | None  # equation indices; None when locating failed
+    in_result: bool = False  # some site lies in a region of the extracted program
+
+
+@dataclass
+class Region:
+    """A connected group of changed equations and the new nodes that replace them."""
+
+    id: int
+    equations: list[int]
+    rules: list[str]
+    cost_before: float
+    cost_after: float
+    before_ops: dict[str, int]  # primitive -> count in the original
+    after_ops: dict[str, int]  # op -> count of new e-nodes
+    sources: list[str]
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.cost_before / self.cost_after if self.cost_after > 0 else float("inf")
+
+
+@dataclass(repr=False)  # the repr is the table of ExplanationViews
+class Explanation(ExplanationViews):
+    """The report `explain` returns. Plain data: `to_json()`/`from_json()` round-trip it."""
+
+    name: str
+    signature: list[str]
+    options: dict[str, Any]
+    status: str  # rewritten | kept | fallback
+    note: str
+    report: dict[str, Any] | None
+    phases: dict[str, float]
+    equations: list[EquationInfo] = field(default_factory=list)
+    rules: list[RuleSite] = field(default_factory=list)
+    regions: list[Region] = field(default_factory=list)
+    unchanged_cost: tuple[float, float] = (0.0, 0.0)
+    jaxpr_before: str = ""
+    jaxpr_after: str | None = None
+    measured: dict[str, dict[str, float]] | None = None
+    graphs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    result: Any = field(default=None, repr=False, compare=False)  # the RewriteResult (not serialized)
+
+    @property
+    def cost_before(self) -> float:
+        return self.report["cost_before"] if self.report else 0.0
+
+    @property
+    def cost_after(self) -> float:
+        return self.report["cost_after"] if self.report else 0.0
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.cost_before / self.cost_after if self.cost_after > 0 else 1.0
+
+    @property
+    def measured_speedup(self) -> float | None:
+        m = self.measured
+        if not m or "jax.jit" not in m or "jaxrw" not in m:
+            return None
+        return m["jax.jit"]["median_s"] / m["jaxrw"]["median_s"]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "result"}
+        d = json.loads(json.dumps(d, default=_jsonable))  # nested dataclasses -> plain data
+        d["unchanged_cost"] = list(self.unchanged_cost)
+        return d
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Explanation:
+        d = dict(d)
+        d["equations"] = [EquationInfo(**e) for e in d.get("equations", [])]
+        d["rules"] = [RuleSite(**r) for r in d.get("rules", [])]
+        d["regions"] = [Region(**r) for r in d.get("regions", [])]
+        d["unchanged_cost"] = tuple(d.get("unchanged_cost", (0.0, 0.0)))
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> Explanation:
+        return cls.from_dict(json.loads(text))
+
+
+# --- entry point -----------------------------------------------------------------------------
+
+
+def explain(
+    fn: Callable, *args: Any, measure: bool = False, sites: bool = True, samples: int = 7, **opts: Any
+) -> Explanation:
+    """Explain how jaxrw rewrites `fn` for these arguments.
+
+    `fn` is a plain function (then `opts` are `optimize` options) or an `Optimized` (then `opts`
+    are keyword arguments of the function). `measure=True` times jax.jit against jaxrw on these
+    arguments (`samples` interleaved samples); `sites=False` skips locating each rule's matches.
+    """
+    from .api import Optimized, optimize
+
+    if isinstance(fn, Optimized):
+        opt, call_kw = fn, opts
+    else:
+        opt, call_kw = optimize(fn, **opts), {}
+    clone = dataclasses.replace(opt, _cache={}, _keep=True)
+    t0 = time.perf_counter()
+    report = clone.report(*args, **call_kw)
+    total_build = time.perf_counter() - t0
+    (entry,) = clone._cache.values()
+    t0 = time.perf_counter()
+    ex = _build(opt, entry, report, sites)
+    if entry.trace is not None:
+        ex.phases["trace"] = max(0.0, total_build - sum(report.phase_s.values()) if report else 0.0)
+    if measure:
+        t = time.perf_counter()
+        ex.measured = _measure(opt, clone, args, call_kw, samples)
+        ex.phases["measure"] = time.perf_counter() - t
+    ex.phases["explain"] = time.perf_counter() - t0 - ex.phases.get("measure", 0.0)
+    log.debug("explain %s: %d regions, %d rules", ex.name, len(ex.regions), len(ex.rules))
+    return ex
+
+
+def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
+    from .api import _name
+
+    options = {
+        k: _plain(getattr(opt, k)) for k in ("rules", "cost_model", "extractor", "numerics", "autotune")
+    }
+    options["limits"] = dataclasses.asdict(opt.limits)
+    if os.environ.get("JAXRW_DISABLE", "") not in ("", "0"):
+        options["JAXRW_DISABLE"] = os.environ["JAXRW_DISABLE"]
+    name = _name(opt.fn)
+    if entry.trace is None:  # optimize fell back to jax.jit
+        return Explanation(name, [], options, "fallback", entry.fallback or "", None, {})
+    closed, result, profile = entry.trace
+    signature = [a.str_short() for a in closed.in_avals]
+    status = "rewritten" if report.rewritten else "kept"
+    note = report.guard_note
+    if report.autotune:
+        note = (note + "; " if note else "") + f"autotune winner: {report.autotune.get('winner')}"
+    ex = Explanation(
+        name,
+        signature,
+        options,
+        status,
+        note,
+        report.to_dict(),
+        dict(report.phase_s),
+        jaxpr_before=str(closed),
+        result=result,
+    )
+    if result.fn is not None:
+        try:
+            specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
+            ex.jaxpr_after = str(jax.make_jaxpr(result.fn)(*specs))
+        except Exception as e:  # noqa: BLE001 - the explanation still stands without it
+            ex.jaxpr_after = f"(could not trace the optimized program: {type(e).__name__}: {e})"
+    try:
+        _analyze(ex, closed, result, _model(opt, report, profile), report, sites)
+    except Exception as e:  # noqa: BLE001 - a partial explanation beats none
+        log.warning("explain %s: equation mapping failed: %s: %s", name, type(e).__name__, e)
+        ex.note = (ex.note + "; " if ex.note else "") + f"equation mapping failed ({type(e).__name__}: {e})"
+    return ex
+
+
+def _model(opt: Any, report: Any, profile: Any) -> Any:
+    from .rewrite.cost import get_cost_model
+
+    return get_cost_model(opt.cost_model, profile)
+
+
+def _jsonable(v: Any) -> Any:
+    if dataclasses.is_dataclass(v):
+        return {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+    raise TypeError(f"not JSON-serializable: {type(v).__name__}")
+
+
+def _plain(v: Any) -> Any:
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return getattr(v, "name", None) or type(v).__name__
+
+
+def _measure(opt: Any, clone: Any, args: tuple, kw: dict, samples: int) -> dict[str, dict[str, float]]:
+    from .rewrite.measure import time_interleaved
+
+    fns = {"jax.jit": lambda: opt._jitted(*args, **kw), "jaxrw": lambda: clone(*args, **kw)}
+    timings = time_interleaved(fns, (), samples=samples)
+    return {k: {"median_s": t.median, "spread": t.spread} for k, t in timings.items()}
+
+
+# --- analysis --------------------------------------------------------------------------------
+
+
+def _walk(jaxpr: Any) -> Iterator[Any]:
+    """Equations in the encoder's order: inlined calls replaced by their bodies."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in compat.INLINED_CALLS:
+            yield from _walk(compat.call_body(eqn).jaxpr)
+        else:
+            yield eqn
+
+
+def _source(eqn: Any) -> str:
+    """`file:line (function)` of the user code that made `eqn` (jax 0.11/0.12:
+    jax.extend.source_info_util.summarize)."""
+    try:
+        from jax.extend.source_info_util import summarize
+
+        text = summarize(eqn.source_info)
+    except Exception:  # noqa: BLE001 - source info is best effort
+        return ""
+    if not text or text.startswith("unknown"):
+        return ""
+    loc, _, fn = text.partition(" ")
+    path, _, rest = loc.partition(":")
+    line = rest.split(":")[0]
+    return f"{os.path.basename(path)}:{line} {fn}".strip()
+
+
+def _eqn_text(eqn: Any) -> str:
+    ins = ", ".join(v.aval.str_short() if hasattr(v, "aval") else str(v) for v in eqn.invars)
+    outs = ", ".join(v.aval.str_short() for v in eqn.outvars)
+    return f"{ins} -> {outs}"
+
+
+def _raw(egraph: Any) -> dict:
+    return json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
+
+
+def _order_classes(raw: dict) -> dict[str, int]:
+    """Tensor e-class -> 0-based equation index, from the encoder's `order` facts."""
+    nodes = raw["nodes"]
+    by_class: dict[str, list[str]] = {}
+    for nid, n in nodes.items():
+        by_class.setdefault(n["eclass"], []).append(nid)
+    out = {}
+    for n in nodes.values():
+        if n["op"] != "order":
+            continue
+        value = next(
+            (nodes[v]["op"] for v in by_class[n["eclass"]] if nodes[v]["op"].lstrip("-").isdigit()), None
+        )
+        if value is not None:
+            out.setdefault(nodes[n["children"][0]]["eclass"], int(value) - 1)
+    return out
+
+
+def _node_map(src: Any, dst: Any) -> dict[str, str]:
+    """Each class of the unrewritten view `src` -> the id of the same e-node in `dst` (an e-graph
+    grown from it: its original nodes are still there, under canonical children)."""
+    from .rewrite.extract import reachable
+
+    index = {(n.op, n.attrs, n.children): nid for nid, n in dst.nodes.items()}
+    only = {c: nids[0] for c, nids in src.classes.items()}
+    out: dict[str, str] = {}
+    for c in reachable(src, only, list(src.classes)):
+        n = src.nodes[only[c]]
+        kids = tuple(dst.nodes[out[ch]].eclass if ch in out else None for ch in n.children)
+        nid = index.get((n.op, n.attrs, kids))
+        if nid is not None:
+            out[c] = nid
+    return out
+
+
+def _rule_sites(closed: Any, before: Any, rule: Any) -> set[str]:
+    """Classes of `before` whose e-class grows when `rule` runs once on the program as written."""
+    from .rewrite.encode import encode
+    from .rewrite.graph import EGraphView
+    from .rewrite.run import Limits, RewriteReport, saturate
+
+    program = encode(closed)
+    saturate(program, [rule], Limits(iterations=1), RewriteReport())
+    view = EGraphView.from_json(_raw(program.egraph))
+    nmap = _node_map(before, view)
+    owner = {nid: c for c, nid in nmap.items()}
+    sites = set()
+    for c, nid in nmap.items():
+        members = view.classes[view.nodes[nid].eclass]
+        if any(m not in owner for m in members) or len({owner[m] for m in members if m in owner}) > 1:
+            sites.add(c)
+    return sites
+
+
+def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any, want_sites: bool) -> None:
+    """Fill equations, rules, regions, costs and graphs of `ex`."""
+    from .rewrite.encode import encode
+    from .rewrite.extract import node_costs, reachable
+    from .rewrite.graph import EGraphView
+    from .rewrite.rules import RULES, select_rules
+    from .rewrite.terms import analysis
+
+    eqns = list(_walk(closed.jaxpr))
+    program = encode(closed)
+    program.egraph.run(analysis.saturate())
+    raw = _raw(program.egraph)
+    before = EGraphView.from_json(raw)
+    eqn_of = _order_classes(raw)  # before class -> equation
+    classes_of: dict[int, list[str]] = {}
+    for c, i in eqn_of.items():
+        classes_of.setdefault(i, []).append(c)
+    only = {c: nids[0] for c, nids in before.classes.items()}
+    live_before = reachable(before, only, before.outputs)
+    live_before_set = set(live_before)
+    bcosts = node_costs(before, model)
+
+    view, ext = result.view, result.extraction
+    choice = ext.choice
+    live_after = reachable(view, choice, view.outputs)
+    live_after_set = set(live_after)
+    nmap = _node_map(before, view)
+    original_nodes = set(nmap.values())
+
+    # status of each equation
+    infos = []
+    for i, eqn in enumerate(eqns):
+        cs = classes_of.get(i, [])
+        if not cs:
+            status = "shared"
+        elif not any(c in live_before_set for c in cs):
+            status = "unused"
+        elif any(c not in nmap for c in cs):
+            status = "unknown"
+        else:
+            status = "kept"
+            for c in cs:
+                fc = view.nodes[nmap[c]].eclass
+                if fc not in live_after_set:
+                    status = "removed" if status == "kept" else status
+                elif choice[fc] != nmap[c]:
+                    status = "rewritten"
+        infos.append(EquationInfo(i, eqn.primitive.name, _eqn_text(eqn), _source(eqn), status))
+    ex.equations = infos
+
+    # regions: connected groups of changed equations along the original dataflow
+    changed = [e.index for e in infos if e.status in ("rewritten", "removed")]
+    parent = {i: i for i in changed}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in changed:
+        for c in classes_of[i]:
+            for ch in before.nodes[only[c]].children:
+                j = eqn_of.get(ch)
+                if j is not None and j in parent:
+                    parent[find(i)] = find(j)
+    roots = sorted({find(i) for i in changed})
+    rid = {r: k for k, r in enumerate(roots)}
+    for i in changed:
+        infos[i].region = rid[find(i)]
+
+    # new nodes of the extraction, assigned to the region they are reached from
+    region_of: dict[str, int] = {}
+    for i in changed:
+        for c in classes_of[i]:
+            fc = view.nodes[nmap[c]].eclass
+            if fc in live_after_set and choice[fc] not in original_nodes:
+                region_of.setdefault(fc, infos[i].region)
+    for fc in reversed(live_after):
+        if fc not in region_of:
+            continue
+        for ch in view.nodes[choice[fc]].children:
+            if choice[ch] not in original_nodes:
+                region_of.setdefault(ch, region_of[fc])
+    costs = result.costs
+    regions = [Region(k, [], [], 0.0, 0.0, {}, {}, []) for k in range(len(roots))]
+    other = Region(len(roots), [], [], 0.0, 0.0, {}, {}, [])
+    unchanged_before = unchanged_after = 0.0
+    for c in live_before:
+        i = eqn_of.get(c)
+        cost = bcosts[only[c]]
+        if i is not None and infos[i].region is not None:
+            regions[infos[i].region].cost_before += cost
+        else:
+            unchanged_before += cost
+    for fc in live_after:
+        nid = choice[fc]
+        if nid in original_nodes:
+            unchanged_after += costs[nid]
+            continue
+        r = regions[region_of[fc]] if fc in region_of else other
+        r.cost_after += costs[nid]
+        op = _op_label(view.nodes[nid])
+        r.after_ops[op] = r.after_ops.get(op, 0) + 1
+    for i in changed:
+        r = regions[infos[i].region]
+        r.equations.append(i)
+        r.before_ops[infos[i].primitive] = r.before_ops.get(infos[i].primitive, 0) + 1
+        if infos[i].source and infos[i].source not in r.sources:
+            r.sources.append(infos[i].source)
+    if other.after_ops:
+        regions.append(other)
+    ex.unchanged_cost = (unchanged_before, unchanged_after)
+
+    # rules: counts from the run, sites from one-rule runs on the program as written
+    select_rules(None)  # loads every family into RULES
+    known = RULES
+    for name, n in sorted(report.rules_fired.items(), key=lambda kv: -kv[1]):
+        rule = known.get(name)
+        site_eqns: list[int] | None = None
+        if want_sites and rule is not None:
+            try:
+                site_eqns = sorted({eqn_of[c] for c in _rule_sites(closed, before, rule) if c in eqn_of})
+            except Exception as e:  # noqa: BLE001 - sites are best effort
+                log.debug("explain: locating %s failed: %s", name, e)
+        rs = RuleSite(
+            name,
+            rule.family if rule else "",
+            rule.identity if rule else "",
+            bool(rule and rule.exact),
+            int(n),
+            site_eqns,
+        )
+        rs.in_result = bool(site_eqns) and any(infos[i].region is not None for i in site_eqns)
+        ex.rules.append(rs)
+        for i in site_eqns or []:
+            reg = infos[i].region
+            if reg is not None and name not in regions[reg].rules:
+                regions[reg].rules.append(name)
+    ex.regions = regions
+    ex.graphs = {
+        "before": _graph(before, only, live_before, lambda c: eqn_of.get(c), infos, set()),
+        "after": _graph(view, choice, live_after, lambda c: None, infos, original_nodes, region_of),
+    }
+
+
+def _op_label(node: Any) -> str:
+    if node.op in ("unary", "binary", "op") and node.attrs and isinstance(node.attrs[0], str):
+        return node.attrs[0]
+    return node.op
+
+
+def _graph(
+    view: Any,
+    choice: dict,
+    live: list[str],
+    eqn_at: Callable,
+    infos: list[EquationInfo],
+    original: set[str],
+    region_of: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Plain-data dataflow graph of one program: nodes (id, label, kind, region) and edges."""
+    nodes, edges = [], []
+    outs = {c: k for k, c in reversed(list(enumerate(view.outputs)))}
+    for c in live:
+        n = view.nodes[choice[c]]
+        shape = "x".join(str(d) for d in view.shapes.get(c, ())) or "scalar"
+        label = f"{_op_label(n)}\n{view.dtypes.get(c, '')}[{shape}]"
+        if n.op in ("var", "const"):
+            label = f"{n.op} {n.attrs[0]}\n{view.dtypes.get(c, '')}[{shape}]"
+            kind, region = "input", None
+        elif region_of is None:  # the original program
+            i = eqn_at(c)
+            info = infos[i] if i is not None else None
+            kind = info.status if info else "kept"
+            region = info.region if info else None
+            if info:
+                label = f"#{i} {label}"
+        else:
+            kind = "kept" if choice[c] in original else "new"
+            region = region_of.get(c)
+        if c in outs:
+            label += f"\n→ out {outs[c]}"
+        nodes.append({"id": c, "label": label, "kind": kind, "region": region})
+        edges.extend([ch, c] for ch in dict.fromkeys(n.children))
+    return {"nodes": nodes, "edges": edges}
