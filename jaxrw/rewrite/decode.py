@@ -9,7 +9,9 @@ evaluated once here and enter the program as constants.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
@@ -17,24 +19,62 @@ import numpy as np
 from jax import lax
 
 from .. import compat
+from .cost import HOISTABLE, itemsize
 from .encode import Program
 from .extract import reachable
 from .graph import EGraphView, Node
+from .terms import DEFAULT_CFG
 
-__all__ = ["decode", "DECODERS", "FOLDABLE"]
+__all__ = ["decode", "DECODERS", "FOLDABLE", "Hoisted"]
 
 _UNARY_FNS: dict[str, Callable] = {
-    "exp": lax.exp, "exp2": lax.exp2, "log": lax.log, "log1p": lax.log1p, "expm1": lax.expm1, "tanh": lax.tanh,
-    "logistic": lax.logistic, "sin": lax.sin, "cos": lax.cos, "tan": lax.tan, "sqrt": lax.sqrt,
-    "rsqrt": lax.rsqrt, "cbrt": lax.cbrt, "abs": lax.abs, "sign": lax.sign, "floor": lax.floor,
-    "ceil": lax.ceil, "erf": lax.erf, "erf_inv": lax.erf_inv, "is_finite": lax.is_finite, "not": lax.bitwise_not,
-    "asin": lax.asin, "acos": lax.acos, "atan": lax.atan, "sinh": lax.sinh, "cosh": lax.cosh,
-    "asinh": lax.asinh, "acosh": lax.acosh, "atanh": lax.atanh, "square": lax.square,
+    "exp": lax.exp,
+    "exp2": lax.exp2,
+    "log": lax.log,
+    "log1p": lax.log1p,
+    "expm1": lax.expm1,
+    "tanh": lax.tanh,
+    "logistic": lax.logistic,
+    "sin": lax.sin,
+    "cos": lax.cos,
+    "tan": lax.tan,
+    "sqrt": lax.sqrt,
+    "rsqrt": lax.rsqrt,
+    "cbrt": lax.cbrt,
+    "abs": lax.abs,
+    "sign": lax.sign,
+    "floor": lax.floor,
+    "ceil": lax.ceil,
+    "erf": lax.erf,
+    "erf_inv": lax.erf_inv,
+    "is_finite": lax.is_finite,
+    "not": lax.bitwise_not,
+    "asin": lax.asin,
+    "acos": lax.acos,
+    "atan": lax.atan,
+    "sinh": lax.sinh,
+    "cosh": lax.cosh,
+    "asinh": lax.asinh,
+    "acosh": lax.acosh,
+    "atanh": lax.atanh,
+    "square": lax.square,
 }
 _BINARY_FNS: dict[str, Callable] = {
-    "max": lax.max, "min": lax.min, "pow": lax.pow, "atan2": lax.atan2, "rem": lax.rem,
-    "and": lax.bitwise_and, "or": lax.bitwise_or, "xor": lax.bitwise_xor, "eq": lax.eq, "ne": lax.ne,
-    "lt": lax.lt, "le": lax.le, "gt": lax.gt, "ge": lax.ge, "nextafter": lax.nextafter,
+    "max": lax.max,
+    "min": lax.min,
+    "pow": lax.pow,
+    "atan2": lax.atan2,
+    "rem": lax.rem,
+    "and": lax.bitwise_and,
+    "or": lax.bitwise_or,
+    "xor": lax.bitwise_xor,
+    "eq": lax.eq,
+    "ne": lax.ne,
+    "lt": lax.lt,
+    "le": lax.le,
+    "gt": lax.gt,
+    "ge": lax.ge,
+    "nextafter": lax.nextafter,
 }
 # Constructors that are exact data movement: applied to constants they are folded at build time.
 FOLDABLE = frozenset({"concat", "transpose", "slice"})
@@ -51,9 +91,35 @@ class _Ctx:
 
 def _dot(ctx: _Ctx, node: Node, vals: list[Any]) -> Any:
     nb, lc, rc, cfg = node.attrs
-    prim, params = ctx.program.params[cfg]
     dims = (((lc,), (rc,)), (tuple(range(nb)), tuple(range(nb))))
+    if cfg == DEFAULT_CFG:
+        # a dot a rule created where the program had none to copy: bf16/f16 accumulate in f32
+        a, b = vals
+        dt = a.dtype
+        if jnp.issubdtype(dt, jnp.floating) and jnp.finfo(dt).bits < 32:
+            out = lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+            return lax.convert_element_type(out, dt)
+        return lax.dot_general(a, b, dims, preferred_element_type=dt)
+    prim, params = ctx.program.params[cfg]
     return prim.bind(vals[0], vals[1], dimension_numbers=dims, **params)
+
+
+def _scalar(ctx: _Ctx, node: Node, vals: list[Any]) -> Any:
+    num, den, dt = node.attrs
+    dtype = jnp.dtype(dt)
+    if jnp.issubdtype(dtype, jnp.integer):
+        return np.asarray(num // den, dtype=dtype)
+    return np.asarray(num / den, dtype=dtype)
+
+
+def _reduce_typed(fn: Callable) -> Callable[[_Ctx, Node, list[Any]], Any]:
+    return lambda ctx, n, v: fn(v[0], tuple(n.attrs[0]))
+
+
+def _pad(ctx: _Ctx, node: Node, vals: list[Any]) -> Any:
+    cfg = node.attrs[0]
+    triples = tuple(tuple(cfg[i : i + 3]) for i in range(0, len(cfg), 3))
+    return lax.pad(vals[0], vals[1], triples)
 
 
 def _op(ctx: _Ctx, node: Node, vals: list[Any]) -> Any:
@@ -98,6 +164,19 @@ DECODERS: dict[str, Callable[[_Ctx, Node, list[Any]], Any]] = {
     "sum": _sum,
     "op": _op,
     "opaque": _opaque,
+    # typed forms (terms.py): each binds the primitive it is named after, with the same params
+    "scalar": _scalar,
+    "integer_pow": lambda ctx, n, v: lax.integer_pow(v[0], n.attrs[0]),
+    "stack": lambda ctx, n, v: lax.stack(v, n.attrs[0]),
+    "broadcast_in_dim": lambda ctx, n, v: lax.broadcast_in_dim(v[0], tuple(n.attrs[0]), tuple(n.attrs[1])),
+    "reshape": lambda ctx, n, v: lax.reshape(v[0], tuple(n.attrs[0])),
+    "squeeze": lambda ctx, n, v: lax.squeeze(v[0], (n.attrs[0],)),
+    "convert_element_type": lambda ctx, n, v: lax.convert_element_type(v[0], jnp.dtype(n.attrs[0])),
+    "select_n": lambda ctx, n, v: lax.select_n(*v),
+    "iota": lambda ctx, n, v: lax.broadcasted_iota(jnp.dtype(n.attrs[0]), tuple(n.attrs[1]), n.attrs[2]),
+    "pad": _pad,
+    "reduce_max": _reduce_typed(lax.reduce_max),
+    "reduce_min": _reduce_typed(lax.reduce_min),
 }
 
 
@@ -110,9 +189,23 @@ def _flatten_concats(view: EGraphView, choice: dict[str, str], node: Node) -> li
     return [*parts, right]
 
 
-def decode(program: Program, view: EGraphView, choice: dict[str, str],
-           original_classes: frozenset[str] = frozenset()) -> Callable[..., list[Any]]:
-    """A function of the flat inputs returning the flat outputs of the chosen program."""
+@dataclass
+class Hoisted:
+    """The program split for hoisting: `prologue(*slow_leaves)` computes the values that depend
+    only on slow (hoisted) inputs and constants; `main(*all_leaves, *values)` does the rest."""
+
+    prologue: Callable[..., list[Any]]
+    main: Callable[..., list[Any]]
+    slow: tuple[int, ...]
+    nbytes: int  # size of the values the prologue hands to main (kept between calls)
+    n_values: int
+
+
+def decode(
+    program: Program, view: EGraphView, choice: dict[str, str], original_classes: frozenset[str] = frozenset()
+) -> Callable[..., list[Any]]:
+    """A function of the flat inputs returning the flat outputs of the chosen program. When the
+    view has slow inputs, the function carries `.hoisted`, its prologue/main split (or None)."""
     order = reachable(view, choice, view.outputs)
     nodes = {c: view.nodes[choice[c]] for c in order}
     # n-ary concatenates: inner links of a same-axis chain are not materialized on their own
@@ -122,10 +215,9 @@ def decode(program: Program, view: EGraphView, choice: dict[str, str],
             concat_parts[c] = _flatten_concats(view, choice, n)
     folded = _fold_constants(program, view, nodes, order, concat_parts, original_classes)
 
-    def run(*args: Any) -> list[Any]:
-        ctx = _Ctx(program, view, list(args), original_classes)
-        env: dict[str, Any] = dict(folded)
-        for c in order:
+    def evaluate(args: list[Any], env: dict[str, Any], classes: list[str]) -> dict[str, Any]:
+        ctx = _Ctx(program, view, args, original_classes)
+        for c in classes:
             if c in env:
                 continue
             n = nodes[c]
@@ -133,13 +225,68 @@ def decode(program: Program, view: EGraphView, choice: dict[str, str],
                 env[c] = lax.concatenate([env[p] for p in concat_parts[c]], n.attrs[0])
             else:
                 env[c] = DECODERS[n.op](ctx, n, [env[ch] for ch in n.children])
+        return env
+
+    def run(*args: Any) -> list[Any]:
+        env = evaluate(list(args), dict(folded), order)
         return [env[c] for c in view.outputs]
 
+    run.hoisted = _split(view, nodes, order, concat_parts, folded, evaluate) if view.slow else None  # type: ignore[attr-defined]
     return run
 
 
-def _fold_constants(program: Program, view: EGraphView, nodes: dict[str, Node], order: list[str],
-                    concat_parts: dict[str, list[str]], original: frozenset[str]) -> dict[str, Any]:
+def _split(view, nodes, order, concat_parts, folded, evaluate) -> Hoisted | None:
+    """Split at the classes built from constants and slow inputs by hoistable ops."""
+    pro: set[str] = set()
+    for c in order:
+        n = nodes[c]
+        if n.op == "var":
+            ok = n.attrs[0] in view.slow
+        elif n.op == "const":
+            ok = True
+        else:
+            ok = n.op in HOISTABLE and all(ch in pro for ch in n.children)
+        if ok:
+            pro.add(c)
+    needed: set[str] = set(view.outputs)
+    for c in order:
+        if c not in pro:
+            needed.update(nodes[c].children)
+            needed.update(concat_parts.get(c, ()))
+    values = [c for c in order if c in pro and c in needed and nodes[c].op not in ("var", "const")]
+    values = [c for c in values if c not in folded]
+    if not values:
+        return None
+    pro_order = [c for c in order if c in pro]
+    slow = tuple(sorted(view.slow))
+    n_args = max([nodes[c].attrs[0] + 1 for c in order if nodes[c].op == "var"] + [slow[-1] + 1])
+
+    def prologue(*slow_leaves: Any) -> list[Any]:
+        args: list[Any] = [None] * n_args
+        for i, x in zip(slow, slow_leaves, strict=True):
+            args[i] = x
+        env = evaluate(args, dict(folded), pro_order)
+        return [env[c] for c in values]
+
+    def main(*leaves_and_values: Any) -> list[Any]:
+        k = len(leaves_and_values) - len(values)
+        env = dict(folded)
+        env.update(zip(values, leaves_and_values[k:], strict=True))
+        env = evaluate(list(leaves_and_values[:k]), env, order)
+        return [env[c] for c in view.outputs]
+
+    nbytes = sum(int(math.prod(view.shapes[c])) * itemsize(view.dtypes.get(c, "float32")) for c in values)
+    return Hoisted(prologue, main, slow, nbytes, len(values))
+
+
+def _fold_constants(
+    program: Program,
+    view: EGraphView,
+    nodes: dict[str, Node],
+    order: list[str],
+    concat_parts: dict[str, list[str]],
+    original: frozenset[str],
+) -> dict[str, Any]:
     """Evaluate, once, data-movement nodes whose operands are all closed-over constants."""
     values: dict[str, Any] = {}
     ctx = _Ctx(program, view, [], original)

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from egglog import EGraph, String, Vec, i64, set_
+from egglog import EGraph, String, Vec, f64, i64, set_
 
 from .. import compat
 from ..errors import UnsupportedProgramError
-from .terms import Out, Tensor, dtype, new_egraph, shape
+from .terms import DEFAULT_CFG, Out, Tensor, cfg_dtype, dtype, fill, level, new_egraph, order, shape
 
 __all__ = ["Program", "encode", "UNARY", "BINARY", "ELEMENTWISE_TYPED"]
 
@@ -137,6 +137,8 @@ class _Encoder:
         self.n_equations = 0
         self.primitives: dict[str, int] = {}
         self.const_is_arg: list[bool] = []
+        self.levels: dict[int, int] = {}  # id(term) -> longest path from an input
+        self.alive: list[Tensor] = []  # keeps the terms whose ids key `levels`
 
     # --- side tables -------------------------------------------------------------------------
     def const(self, value: Any, aval: Any, literal: bool) -> Tensor:
@@ -152,6 +154,9 @@ class _Encoder:
             self.const_keys[key] = idx
         t = Tensor.const(idx)
         self.note_type(t, aval)
+        value_fact = _scalar_value(value)
+        if value_fact is not None:
+            self.facts.append(set_(fill(t)).to(f64(value_fact)))
         return t
 
     def param(self, prim: Any, params: dict) -> int:
@@ -167,6 +172,13 @@ class _Encoder:
         if key is not None:
             self.param_keys[key] = idx
         return idx
+
+    def note_position(self, t: Tensor, lvl: int) -> None:
+        """`order` and `level` of an equation's output (side conditions of the merge rules)."""
+        self.facts.append(set_(order(t)).to(i64(self.n_equations)))
+        self.facts.append(set_(level(t)).to(i64(lvl)))
+        self.levels[id(t)] = lvl
+        self.alive.append(t)
 
     def note_type(self, t: Tensor, aval: Any) -> None:
         self.facts.append(set_(shape(t)).to(Vec[i64](*[i64(int(d)) for d in aval.shape])))
@@ -195,8 +207,10 @@ class _Encoder:
                 self.n_equations += 1
                 self.primitives[name] = self.primitives.get(name, 0) + 1
                 outs = self.equation(eqn, ins)
+                lvl = 1 + max((self.levels.get(id(t), 0) for t in ins), default=0)
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
+                    self.note_position(o, lvl)
             for v, o in zip(eqn.outvars, outs, strict=True):
                 if not compat.is_dropvar(v):
                     env[v] = o
@@ -241,7 +255,10 @@ class _Encoder:
                 and nb <= 2
             ):
                 cfg = {k: v for k, v in p.items() if k != "dimension_numbers"}
-                return Tensor.dot(ins[0], ins[1], nb, int(lc[0]), int(rc[0]), self.param(eqn.primitive, cfg))
+                cid = self.param(eqn.primitive, cfg)
+                pet = p.get("preferred_element_type")
+                self.facts.append(set_(cfg_dtype(i64(cid))).to(String("" if pet is None else str(pet))))
+                return Tensor.dot(ins[0], ins[1], nb, int(lc[0]), int(rc[0]), cid)
         if name == "transpose" and len(p["permutation"]) in (2, 3):
             return Tensor.transpose(ins[0], Vec[i64](*[i64(int(a)) for a in p["permutation"]]))
         if name == "concatenate" and len(ins) >= 2:
@@ -262,7 +279,53 @@ class _Encoder:
                 return Tensor.slice(ins[0], ax, int(p["start_indices"][ax]), int(p["limit_indices"][ax]))
         if name == "reduce_sum" and extra_none and len(p["axes"]) in (1, 2):
             return Tensor.sum(ins[0], Vec[i64](*[i64(int(a)) for a in sorted(p["axes"])]))
+        return self.typed_ops(eqn, ins)
+
+    def typed_ops(self, eqn: Any, ins: list[Tensor]) -> Tensor | None:
+        """Typed forms of ops the structured/elementwise rules read. Each decodes (decode.py) to a
+        jax.lax call that binds the same primitive with the same parameters."""
+        name, p = eqn.primitive.name, eqn.params
+        no_sharding = p.get("sharding") is None and p.get("out_sharding") is None
+        if name == "broadcast_in_dim" and no_sharding and len(ins) == 1:
+            return Tensor.broadcast_in_dim(ins[0], _ivec(p["shape"]), _ivec(p["broadcast_dimensions"]))
+        if name == "reshape" and no_sharding and p.get("dimensions") is None and len(ins) == 1:
+            return Tensor.reshape(ins[0], _ivec(p["new_sizes"]))
+        if name == "squeeze" and len(p["dimensions"]) == 1:
+            return Tensor.squeeze(ins[0], int(p["dimensions"][0]))
+        if name == "convert_element_type" and no_sharding and not p.get("weak_type"):
+            return Tensor.convert_element_type(ins[0], String(str(np.dtype(p["new_dtype"]))))
+        if name == "select_n" and len(ins) == 3:
+            return Tensor.select_n(ins[0], ins[1], ins[2])
+        if name == "iota" and no_sharding:
+            dt = String(str(np.dtype(p["dtype"])))
+            return Tensor.iota(dt, _ivec(p["shape"]), int(p["dimension"]))
+        if name == "integer_pow":
+            return Tensor.integer_pow(ins[0], int(p["y"]))
+        if name in ("reduce_max", "reduce_min") and no_sharding and len(p["axes"]) in (1, 2):
+            ctor = Tensor.reduce_max if name == "reduce_max" else Tensor.reduce_min
+            return ctor(ins[0], _ivec(sorted(p["axes"])))
+        if name == "pad" and len(ins) == 2:
+            cfg = [int(x) for triple in p["padding_config"] for x in triple]
+            return Tensor.pad(ins[0], ins[1], _ivec(cfg))
+        if name == "stack" and set(p) == {"axis"} and ins:
+            return Tensor.stack(Vec[Tensor](*ins), int(p["axis"]))
         return None
+
+
+def _ivec(xs: Any) -> Vec[i64]:
+    return Vec[i64](*[i64(int(x)) for x in xs])
+
+
+def _scalar_value(value: Any) -> float | None:
+    """The number a rank-0 numeric constant holds (for `fill`), or None."""
+    try:
+        arr = np.asarray(value)
+    except Exception:  # noqa: BLE001 - opaque constants (keys, tokens) have no value
+        return None
+    if arr.ndim != 0 or arr.dtype.kind not in "iuf" and str(arr.dtype) != "bfloat16":
+        return None
+    v = float(arr.astype(np.float64))
+    return v if np.isfinite(v) else None
 
 
 def _aval(x: Any) -> Any:
@@ -296,6 +359,7 @@ def encode(closed: Any) -> Program:
     outs = enc.run(closed.jaxpr, consts, args)
     eg = enc.egraph
     eg.register(*[Out.of(i, t) for i, t in enumerate(outs)])
+    enc.facts.append(set_(cfg_dtype(i64(DEFAULT_CFG))).to(String("")))
     eg.register(*enc.facts)
     return Program(
         egraph=eg,

@@ -25,7 +25,9 @@ class Rule:
     build: Callable[[], list[Any]] = field(repr=False, compare=False)
     conditions: str = ""
     # example(rng, dtype) -> (fn, args): a program in which this rule fires
-    example: Callable[[Any, str], tuple[Callable, tuple]] | None = field(default=None, repr=False, compare=False)
+    example: Callable[[Any, str], tuple[Callable, tuple]] | None = field(
+        default=None, repr=False, compare=False
+    )
     dtypes: tuple[str, ...] = ("float32", "bfloat16")  # dtypes the example is checked in
 
     def rewrites(self) -> list[Any]:

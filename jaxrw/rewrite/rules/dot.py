@@ -1,33 +1,37 @@
-"""Dot algebra: associativity and distributivity of matmul-form dots.
+"""Dot algebra: associativity, distributivity, scalars, like terms, transposes, zeros, identities.
 
 A matmul-form dot contracts the last axis of its left operand with the first non-batch axis of
 its right operand, with the same `nb` leading batch axes on both sides: `A @ B` for matrices,
-`x @ W` for activations of any rank, batched `@`, matrix-vector products. Rules keep the dot's
-configuration (`cfg`: precision, preferred element type) and fire only where all operands and
-the result share one dtype, so no rewrite changes a type.
+`x @ W` for activations of any rank, batched `@`, matrix-vector products. `dot.assoc_2d` covers
+the other contracting axes of 2-D operands (transposes absorbed into dimension numbers). Rules
+keep the dot's configuration (`cfg`: precision, preferred element type) and fire only where all
+operands and the result share one dtype, so no rewrite changes a type.
 """
 
 from __future__ import annotations
 
-import numpy as np
-from egglog import String, eq, i64, rewrite, vars_
+from egglog import Vec, eq, i64, rewrite, rule, union
 
-from ..terms import Tensor, dtype, shape
+from ..terms import Tensor, float_dtype, is_eye, shape
+from ..terms import fill as fill_
 from . import Rule, register_rule
+from ._util import RING, V, rand, rank, same_dtype, sizes
 
-A, B, C, T = vars_("A B C T", Tensor)
-nb, l, r, c = vars_("nb l r c", i64)
-(d,) = vars_("d", String)
-
-
-def _same_dtype(*ts):
-    return [eq(dtype(t)).to(d) for t in ts]
+A, B, C, X, S, Z, E, x = V.A, V.B, V.C, V.X, V.S, V.Z, V.E, V.x
+nb, l, r, c, q, d, so = V.nb, V.l, V.r, V.c, V.q, V.d, V.so
+dot = Tensor.dot
 
 
-def _rand(rng, shape_, dt):
-    import jax.numpy as jnp
+def _reg(name, identity, exact, build, conditions, example, dtypes=RING):
+    register_rule(Rule(f"dot.{name}", "dot", identity, exact, build, conditions, example, dtypes))
 
-    return jnp.asarray(rng.standard_normal(shape_).astype(np.float32)).astype(dt)
+
+def _last(t, axis):
+    return eq(axis).to(shape(t).length() - 1)
+
+
+def _scalar(t):
+    return eq(shape(t)).to(Vec[i64].empty())
 
 
 # --- associativity -------------------------------------------------------------------------------
@@ -35,93 +39,490 @@ def _rand(rng, shape_, dt):
 
 def _assoc_right():
     # (A@B)@C -> A@(B@C)   [A contracted on its last axis; B a matrix per batch]
-    lhs = Tensor.dot(Tensor.dot(A, B, nb, l, nb, c), C, nb, l, nb, c)
-    rhs = Tensor.dot(A, Tensor.dot(B, C, nb, nb + 1, nb, c), nb, l, nb, c)
-    return [rewrite(lhs).to(rhs, eq(l).to(shape(A).length() - 1), eq(shape(B).length()).to(nb + 2),
-                            *_same_dtype(A, B, C))]
+    inner = dot(A, B, nb, l, nb, c)
+    lhs = dot(inner, C, nb, l, nb, c)
+    rhs = dot(A, dot(B, C, nb, nb + 1, nb, c), nb, l, nb, c)
+    conds = [_last(A, l), eq(shape(B).length()).to(nb + 2), *same_dtype(A, B, C, inner, lhs)]
+    return [rewrite(lhs).to(rhs, *conds)]
 
 
 def _assoc_left():
     # A@(B@C) -> (A@B)@C
-    lhs = Tensor.dot(A, Tensor.dot(B, C, nb, nb + 1, nb, c), nb, l, nb, c)
-    rhs = Tensor.dot(Tensor.dot(A, B, nb, l, nb, c), C, nb, l, nb, c)
-    return [rewrite(lhs).to(rhs, eq(l).to(shape(A).length() - 1), eq(shape(B).length()).to(nb + 2),
-                            *_same_dtype(A, B, C))]
+    inner = dot(B, C, nb, nb + 1, nb, c)
+    lhs = dot(A, inner, nb, l, nb, c)
+    rhs = dot(dot(A, B, nb, l, nb, c), C, nb, l, nb, c)
+    conds = [_last(A, l), eq(shape(B).length()).to(nb + 2), *same_dtype(A, B, C, inner, lhs)]
+    return [rewrite(lhs).to(rhs, *conds)]
+
+
+def _assoc_2d():
+    # Any contracting axes of 2-D operands, both directions (a·b contracts a's axis l, b's r):
+    #   dot(dot(A,B,l,r),C,1,q) -> dot(A, dot(B,C,1-r,q), l, 0)   (C meets B's free axis)
+    #   dot(dot(A,B,l,r),C,0,q) -> dot(B, dot(A,C,1-l,q), r, 0)   (C meets A's free axis)
+    #   dot(A,dot(B,C,s,t),l,0) -> dot(dot(A,B,l,1-s),C,1,t)
+    #   dot(A,dot(B,C,s,t),l,1) -> dot(dot(A,C,l,1-t),B,1,s)
+    s, t = V.s0, V.s1
+    two = [rank(A, 2), rank(B, 2), rank(C, 2)]
+    out = []
+    inner = dot(A, B, 0, l, r, c)
+    for p, rhs in (
+        (1, dot(A, dot(B, C, 0, 1 - r, q, c), 0, l, 0, c)),
+        (0, dot(B, dot(A, C, 0, 1 - l, q, c), 0, r, 0, c)),
+    ):
+        lhs = dot(inner, C, 0, p, q, c)
+        out.append(rewrite(lhs).to(rhs, *two, *same_dtype(A, B, C, inner, lhs)))
+    inner = dot(B, C, 0, s, t, c)
+    for p, rhs in (
+        (0, dot(dot(A, B, 0, l, 1 - s, c), C, 0, 1, t, c)),
+        (1, dot(dot(A, C, 0, l, 1 - t, c), B, 0, 1, s, c)),
+    ):
+        lhs = dot(A, inner, 0, l, p, c)
+        out.append(rewrite(lhs).to(rhs, *two, *same_dtype(A, B, C, inner, lhs)))
+    return out
 
 
 def _chain_example(rng, dt):
     n = int(rng.integers(24, 64))
-    A_, B_, C_ = (_rand(rng, (n, n), dt) for _ in range(3))
-    v = _rand(rng, (n, int(rng.integers(1, 4))), dt)
-    return (lambda a, b, c_, x: ((a @ b) @ c_) @ x), (A_, B_, C_, v)
+    A_, B_, C_ = (rand(rng, (n, n), dt) for _ in range(3))
+    v = rand(rng, (n, int(rng.integers(1, 4))), dt)
+    return (lambda a, b, c_, v_: ((a @ b) @ c_) @ v_), (A_, B_, C_, v)
 
 
 def _chain_left_example(rng, dt):
     m = int(rng.integers(24, 64))
-    u = _rand(rng, (int(rng.integers(1, 4)), m), dt)
-    A_, B_ = (_rand(rng, (m, m), dt) for _ in range(2))
-    return (lambda x, a, b: x @ (a @ b)), (u, A_, B_)
+    u = rand(rng, (int(rng.integers(1, 4)), m), dt)
+    A_, B_ = (rand(rng, (m, m), dt) for _ in range(2))
+    return (lambda u_, a, b: u_ @ (a @ b)), (u, A_, B_)
 
 
-register_rule(Rule("dot.assoc_right", "dot", "(A@B)@C -> A@(B@C)", exact=False, build=_assoc_right,
-                   conditions="matmul-form dots, same cfg, one dtype", example=_chain_example))
-register_rule(Rule("dot.assoc_left", "dot", "A@(B@C) -> (A@B)@C", exact=False, build=_assoc_left,
-                   conditions="matmul-form dots, same cfg, one dtype", example=_chain_left_example))
+def _dg(a, b, lc, rc):
+    from jax import lax
+
+    return lax.dot_general(a, b, (((lc,), (rc,)), ((), ())))
+
+
+def _assoc_2d_example(rng, dt):
+    m, k, n, p = sizes(rng, 4)
+
+    def f(a, b, c_, e, g):
+        left = _dg(_dg(a, b, 0, 0), c_, 0, 0)  # (aᵀb)ᵀc: c meets a's free axis -> [n, p]
+        right = _dg(e, _dg(b, g, 1, 0), 1, 1)  # e(bg)ᵀ: e meets g's free axis -> [p, k]
+        return left, right
+
+    shapes = ((k, m), (k, n), (m, p), (p, m), (n, m))
+    return f, _mats(rng, dt, *shapes)
+
+
+_reg(
+    "assoc_right",
+    "(A@B)@C -> A@(B@C)",
+    False,
+    _assoc_right,
+    "matmul-form dots, same cfg, one dtype",
+    _chain_example,
+)
+_reg(
+    "assoc_left",
+    "A@(B@C) -> (A@B)@C",
+    False,
+    _assoc_left,
+    "matmul-form dots, same cfg, one dtype",
+    _chain_left_example,
+)
+_reg(
+    "assoc_2d",
+    "(A·B)·C <-> A·(B·C) over any contracting axes",
+    False,
+    _assoc_2d,
+    "2-D operands, no batch axes, same cfg, one dtype",
+    _assoc_2d_example,
+)
 
 
 # --- distributivity ------------------------------------------------------------------------------
 
 
-def _factor_left():
-    # A@B + A@C -> A@(B+C);  A@B - A@C -> A@(B-C)   [B, C of one shape]
+def _factor(side):
+    # A@B ± A@C -> A@(B±C)  (left);  A@C ± B@C -> (A±B)@C  (right)
     out = []
     for combine in (Tensor.add, Tensor.sub):
-        lhs = combine(Tensor.dot(A, B, nb, l, r, c), Tensor.dot(A, C, nb, l, r, c))
-        rhs = Tensor.dot(A, combine(B, C), nb, l, r, c)
-        out.append(rewrite(lhs).to(rhs, eq(shape(B)).to(shape(C)), *_same_dtype(A, B, C)))
+        if side == "left":
+            x1, x2 = dot(A, B, nb, l, r, c), dot(A, C, nb, l, r, c)
+            rhs, same = dot(A, combine(B, C), nb, l, r, c), (B, C)
+        else:
+            x1, x2 = dot(A, C, nb, l, r, c), dot(B, C, nb, l, r, c)
+            rhs, same = dot(combine(A, B), C, nb, l, r, c), (A, B)
+        conds = [eq(shape(same[0])).to(shape(same[1])), *same_dtype(A, B, C, x1, x2)]
+        out.append(rewrite(combine(x1, x2)).to(rhs, *conds))
     return out
 
 
-def _factor_right():
-    # A@C + B@C -> (A+B)@C;  A@C - B@C -> (A-B)@C   [A, B of one shape]
+def _expand(side):
+    # A@(B±C) -> A@B ± A@C  (left);  (A±B)@C -> A@C ± B@C  (right)
     out = []
     for combine in (Tensor.add, Tensor.sub):
-        lhs = combine(Tensor.dot(A, C, nb, l, r, c), Tensor.dot(B, C, nb, l, r, c))
-        rhs = Tensor.dot(combine(A, B), C, nb, l, r, c)
-        out.append(rewrite(lhs).to(rhs, eq(shape(A)).to(shape(B)), *_same_dtype(A, B, C)))
+        if side == "left":
+            lhs = dot(A, combine(B, C), nb, l, r, c)
+            rhs, same = combine(dot(A, B, nb, l, r, c), dot(A, C, nb, l, r, c)), (B, C)
+        else:
+            lhs = dot(combine(A, B), C, nb, l, r, c)
+            rhs, same = combine(dot(A, C, nb, l, r, c), dot(B, C, nb, l, r, c)), (A, B)
+        conds = [eq(shape(same[0])).to(shape(same[1])), *same_dtype(A, B, C, lhs)]
+        out.append(rewrite(lhs).to(rhs, *conds))
     return out
 
 
-def _expand_left():
-    # A@(B+C) -> A@B + A@C
-    out = []
-    for combine in (Tensor.add, Tensor.sub):
-        lhs = Tensor.dot(A, combine(B, C), nb, l, r, c)
-        rhs = combine(Tensor.dot(A, B, nb, l, r, c), Tensor.dot(A, C, nb, l, r, c))
-        out.append(rewrite(lhs).to(rhs, eq(shape(B)).to(shape(C)), *_same_dtype(A, B, C)))
-    return out
+def _mats(rng, dt, *shapes):
+    return tuple(rand(rng, s, dt) for s in shapes)
 
 
 def _factor_left_example(rng, dt):
-    m, k, n = (int(x) for x in rng.integers(8, 48, size=3))
-    return (lambda a, b, c_: a @ b + a @ c_ - a @ (b * 0.5)), tuple(
-        _rand(rng, s, dt) for s in ((m, k), (k, n), (k, n)))
+    m, k, n = sizes(rng, 3)
+    return (lambda a, b, c_: a @ b + a @ c_ - a @ (b * 3)), _mats(rng, dt, (m, k), (k, n), (k, n))
 
 
 def _factor_right_example(rng, dt):
-    m, k, n = (int(x) for x in rng.integers(8, 48, size=3))
-    return (lambda a, b, c_: a @ c_ - b @ c_), tuple(_rand(rng, s, dt) for s in ((m, k), (m, k), (k, n)))
+    m, k, n = sizes(rng, 3)
+    return (lambda a, b, c_: a @ c_ - b @ c_), _mats(rng, dt, (m, k), (m, k), (k, n))
 
 
-def _expand_example(rng, dt):
-    m, k, n = (int(x) for x in rng.integers(8, 48, size=3))
-    return (lambda a, b, c_: a @ (b + c_)), tuple(_rand(rng, s, dt) for s in ((m, k), (k, n), (k, n)))
+def _expand_left_example(rng, dt):
+    m, k, n = sizes(rng, 3)
+    return (lambda a, b, c_: a @ (b + c_)), _mats(rng, dt, (m, k), (k, n), (k, n))
 
 
-register_rule(Rule("dot.factor_left", "dot", "A@B ± A@C -> A@(B±C)", exact=False, build=_factor_left,
-                   conditions="same dot dims and cfg; B, C one shape; one dtype", example=_factor_left_example))
-register_rule(Rule("dot.factor_right", "dot", "A@C ± B@C -> (A±B)@C", exact=False, build=_factor_right,
-                   conditions="same dot dims and cfg; A, B one shape; one dtype", example=_factor_right_example))
-register_rule(Rule("dot.expand_left", "dot", "A@(B±C) -> A@B ± A@C", exact=False, build=_expand_left,
-                   conditions="B, C one shape; one dtype", example=_expand_example))
+def _expand_right_example(rng, dt):
+    m, k, n = sizes(rng, 3)
+    return (lambda a, b, c_: (a - b) @ c_), _mats(rng, dt, (m, k), (m, k), (k, n))
 
+
+_reg(
+    "factor_left",
+    "A@B ± A@C -> A@(B±C)",
+    False,
+    lambda: _factor("left"),
+    "same dot dims and cfg; B, C one shape; one dtype",
+    _factor_left_example,
+)
+_reg(
+    "factor_right",
+    "A@C ± B@C -> (A±B)@C",
+    False,
+    lambda: _factor("right"),
+    "same dot dims and cfg; A, B one shape; one dtype",
+    _factor_right_example,
+)
+_reg(
+    "expand_left",
+    "A@(B±C) -> A@B ± A@C",
+    False,
+    lambda: _expand("left"),
+    "B, C one shape; one dtype",
+    _expand_left_example,
+)
+_reg(
+    "expand_right",
+    "(A±B)@C -> A@C ± B@C",
+    False,
+    lambda: _expand("right"),
+    "A, B one shape; one dtype",
+    _expand_right_example,
+)
+
+
+# --- scalars -------------------------------------------------------------------------------------
+
+
+def _scalar_out():
+    # (sA)@B -> s(A@B);  A@(sB) -> s(A@B);  (A/s)@B -> (A@B)/s;  A@(B/s) -> (A@B)/s   [s rank 0]
+    out = []
+    for scaled in (Tensor.mul(A, S), Tensor.mul(S, A)):
+        for side in (True, False):
+            lhs = dot(scaled, B, nb, l, r, c) if side else dot(B, scaled, nb, l, r, c)
+            plain = dot(A, B, nb, l, r, c) if side else dot(B, A, nb, l, r, c)
+            out.append(rewrite(lhs).to(Tensor.mul(plain, S), _scalar(S), *same_dtype(A, B, S, lhs)))
+    for side in (True, False):
+        lhs = dot(Tensor.div(A, S), B, nb, l, r, c) if side else dot(B, Tensor.div(A, S), nb, l, r, c)
+        plain = dot(A, B, nb, l, r, c) if side else dot(B, A, nb, l, r, c)
+        conds = [_scalar(S), *same_dtype(A, B, S, lhs), float_dtype(d)]
+        out.append(rewrite(lhs).to(Tensor.div(plain, S), *conds))
+    return out
+
+
+def _scalar_in():
+    # s(A@B) -> (sA)@B  and  A@(sB);  (A@B)/s -> A@(B/s)   [s rank 0]
+    out = []
+    p = dot(A, B, nb, l, r, c)
+    for lhs in (Tensor.mul(p, S), Tensor.mul(S, p)):
+        conds = [_scalar(S), *same_dtype(A, B, S, p)]
+        out.append(rewrite(lhs).to(dot(Tensor.mul(A, S), B, nb, l, r, c), *conds))
+        out.append(rewrite(lhs).to(dot(A, Tensor.mul(B, S), nb, l, r, c), *conds))
+    conds = [_scalar(S), *same_dtype(A, B, S, p), float_dtype(d)]
+    out.append(rewrite(Tensor.div(p, S)).to(dot(A, Tensor.div(B, S), nb, l, r, c), *conds))
+    return out
+
+
+def _neg_out():
+    # (-A)@B -> -(A@B);  A@(-B) -> -(A@B)
+    return [
+        rewrite(dot(Tensor.neg(A), B, nb, l, r, c)).to(Tensor.neg(dot(A, B, nb, l, r, c)), *same_dtype(A, B)),
+        rewrite(dot(A, Tensor.neg(B), nb, l, r, c)).to(Tensor.neg(dot(A, B, nb, l, r, c)), *same_dtype(A, B)),
+    ]
+
+
+def _scalar_out_example(rng, dt):
+    m, k, n = sizes(rng, 3)
+    s = rand(rng, (), dt)
+    fn = (
+        (lambda a, b, s_: (s_ * a) @ b + a @ (b * s_) + (a / 2) @ b)
+        if dt != "int32"
+        else (lambda a, b, s_: (s_ * a) @ b + a @ (b * s_))
+    )
+    return fn, (*_mats(rng, dt, (m, k), (k, n)), s)
+
+
+def _scalar_in_example(rng, dt):
+    m, k, n = sizes(rng, 3)
+    s = rand(rng, (), dt)
+    fn = (lambda a, b, s_: s_ * (a @ b) - (a @ b) / 4) if dt != "int32" else (lambda a, b, s_: s_ * (a @ b))
+    return fn, (*_mats(rng, dt, (m, k), (k, n)), s)
+
+
+def _neg_example(rng, dt):
+    m, k, n = sizes(rng, 3)
+    return (lambda a, b: (-a) @ b + a @ (-b)), _mats(rng, dt, (m, k), (k, n))
+
+
+_reg(
+    "scalar_out",
+    "(sA)@B -> s(A@B), A@(sB) -> s(A@B), (A/s)@B -> (A@B)/s",
+    False,
+    _scalar_out,
+    "s rank 0; one dtype; division forms only for floating dtypes",
+    _scalar_out_example,
+)
+_reg(
+    "scalar_in",
+    "s(A@B) -> (sA)@B | A@(sB), (A@B)/s -> A@(B/s)",
+    False,
+    _scalar_in,
+    "s rank 0; one dtype; division form only for floating dtypes",
+    _scalar_in_example,
+)
+_reg("neg_out", "(-A)@B -> -(A@B), A@(-B) -> -(A@B)", True, _neg_out, "one dtype", _neg_example)
+
+
+# --- like terms ----------------------------------------------------------------------------------
+
+
+def _double():
+    # X + X -> 2X   (exact: doubling rounds nowhere)
+    two = Tensor.mul(X, Tensor.scalar(2, 1, d))
+    return [rule(eq(x).to(Tensor.add(X, X)), *same_dtype(X)).then(union(x).with_(two))]
+
+
+def _like_terms():
+    # aX + bX -> (a+b)X;  aX - bX -> (a-b)X;  X + aX -> (a+1)X   [a, b rank 0]
+    a_, b_ = S, V.T
+    out = []
+    for ax in (Tensor.mul(X, a_), Tensor.mul(a_, X)):
+        for bx in (Tensor.mul(X, b_), Tensor.mul(b_, X)):
+            for combine in (Tensor.add, Tensor.sub):
+                conds = [_scalar(a_), _scalar(b_), *same_dtype(X, a_, b_)]
+                out.append(rewrite(combine(ax, bx)).to(Tensor.mul(X, combine(a_, b_)), *conds))
+        for lhs in (Tensor.add(X, ax), Tensor.add(ax, X)):
+            conds = [_scalar(a_), *same_dtype(X, a_)]
+            out.append(
+                rule(eq(x).to(lhs), *conds).then(
+                    union(x).with_(Tensor.mul(X, Tensor.add(a_, Tensor.scalar(1, 1, d))))
+                )
+            )
+    return out
+
+
+def _double_example(rng, dt):
+    m, n = sizes(rng, 2)
+    return (lambda a, b: a @ b + a @ b), _mats(rng, dt, (m, n), (n, m))
+
+
+def _like_terms_example(rng, dt):
+    m, n = sizes(rng, 2)
+    s, t = rand(rng, (), dt), rand(rng, (), dt)
+    return (lambda a, s_, t_: s_ * a + a * t_ - (a * s_ - t_ * a) + (a + a * t_)), (
+        rand(rng, (m, n), dt),
+        s,
+        t,
+    )
+
+
+_reg("double", "X + X -> 2X", True, _double, "one dtype", _double_example)
+_reg(
+    "like_terms",
+    "aX ± bX -> (a±b)X, X + aX -> (a+1)X",
+    False,
+    _like_terms,
+    "a, b rank 0; one dtype",
+    _like_terms_example,
+)
+
+
+# --- transposes ----------------------------------------------------------------------------------
+
+T2, T3 = Vec[i64](i64(1), i64(0)), Vec[i64](i64(0), i64(2), i64(1))
+
+
+def _transpose_out():
+    # (A·B)ᵀ -> Bᵀ·Aᵀ as one dot with swapped operands: transpose(dot(A,B,l,r)) -> dot(B,A,r,l)
+    return [
+        rewrite(Tensor.transpose(dot(A, B, 0, l, r, c), T2)).to(
+            dot(B, A, 0, r, l, c), rank(A, 2), rank(B, 2)
+        ),
+        rewrite(Tensor.transpose(dot(A, B, 1, l, r, c), T3)).to(
+            dot(B, A, 1, r, l, c), rank(A, 3), rank(B, 3)
+        ),
+    ]
+
+
+def _transpose_in():
+    # Aᵀ·B -> A·B over the other axis of A (and of B): transposes folded into dimension numbers
+    return [
+        rewrite(dot(Tensor.transpose(A, T2), B, 0, l, r, c)).to(dot(A, B, 0, 1 - l, r, c), rank(A, 2)),
+        rewrite(dot(A, Tensor.transpose(B, T2), 0, l, r, c)).to(dot(A, B, 0, l, 1 - r, c), rank(B, 2)),
+        rewrite(dot(Tensor.transpose(A, T3), B, 1, l, r, c)).to(dot(A, B, 1, 3 - l, r, c), rank(A, 3)),
+        rewrite(dot(A, Tensor.transpose(B, T3), 1, l, r, c)).to(dot(A, B, 1, l, 3 - r, c), rank(B, 3)),
+    ]
+
+
+def _transpose_transpose():
+    # (Xᵀ)ᵀ -> X; transpose(transpose(X, p), q) -> transpose(X, p∘q); transpose(X, id) -> X
+    p, qq = V.perm, V.dims
+    composed = Vec[i64](p[qq[0]], p[qq[1]], p[qq[2]])
+    return [
+        rewrite(Tensor.transpose(Tensor.transpose(X, T2), T2)).to(X),
+        rule(
+            eq(x).to(Tensor.transpose(Tensor.transpose(X, p), qq)),
+            eq(p.length()).to(i64(3)),
+            eq(qq.length()).to(i64(3)),
+            eq(so).to(composed),
+        ).then(union(x).with_(Tensor.transpose(X, so))),
+        rewrite(Tensor.transpose(X, Vec[i64](i64(0), i64(1), i64(2)))).to(X),
+        rewrite(Tensor.transpose(X, Vec[i64](i64(0), i64(1)))).to(X),
+    ]
+
+
+def _transpose_out_example(rng, dt):
+    import jax.numpy as jnp
+
+    m, k, n = sizes(rng, 3)
+    b = int(rng.integers(2, 4))
+    return (lambda a, b_, x3, y3: ((a @ b_).T, jnp.swapaxes(x3 @ y3, 1, 2))), _mats(
+        rng, dt, (m, k), (k, n), (b, m, k), (b, k, n)
+    )
+
+
+def _transpose_in_example(rng, dt):
+    import jax.numpy as jnp
+
+    m, k, n = sizes(rng, 3)
+    return (lambda a, b_, e, x3: (a.T @ b_, b_ @ e.T, jnp.swapaxes(x3, 1, 2) @ x3)), _mats(
+        rng, dt, (k, m), (k, n), (m, n), (2, k, m)
+    )
+
+
+def _transpose_transpose_example(rng, dt):
+    import jax.numpy as jnp
+
+    m, n = sizes(rng, 2)
+    return (lambda a, x3: (a.T.T + 1, jnp.transpose(jnp.transpose(x3, (1, 2, 0)), (2, 0, 1)))), _mats(
+        rng, dt, (m, n), (2, m, n)
+    )
+
+
+_reg(
+    "transpose_out",
+    "(A@B)ᵀ -> Bᵀ@Aᵀ (one dot, operands swapped)",
+    True,
+    _transpose_out,
+    "2-D operands, or 3-D with one batch axis",
+    _transpose_out_example,
+)
+_reg(
+    "transpose_in",
+    "Aᵀ@B -> dot over A's other axis",
+    True,
+    _transpose_in,
+    "transposed operand 2-D (or 3-D batched, last two axes swapped)",
+    _transpose_in_example,
+)
+_reg(
+    "transpose_transpose",
+    "(Xᵀ)ᵀ -> X, transposes compose",
+    True,
+    _transpose_transpose,
+    "rank 2 or 3",
+    _transpose_transpose_example,
+)
+
+
+# --- zeros and identities ------------------------------------------------------------------------
+
+
+def _zero():
+    # A@0 -> 0;  0@B -> 0   (inf·0 = NaN: exact only over the reals)
+    out = []
+    for lhs in (dot(A, Z, nb, l, r, c), dot(Z, A, nb, l, r, c)):
+        zero = Tensor.broadcast_in_dim(Tensor.scalar(0, 1, d), so, Vec[i64].empty())
+        out.append(
+            rule(eq(x).to(lhs), eq(fill_(Z)).to(0.0), eq(so).to(shape(x)), *same_dtype(A, Z, x)).then(
+                union(x).with_(zero)
+            )
+        )
+    return out
+
+
+def _identity():
+    # I@A -> A;  A@I -> A   [I built in the program, e.g. jnp.eye; A's contracted axis outermost
+    # (left) or last (right) so the output keeps A's axis order]
+    out = []
+    for e_ax in (0, 1):
+        lhs = dot(E, A, 0, e_ax, 0, c)
+        out.append(rule(eq(x).to(lhs), is_eye(E), *same_dtype(E, A, x)).then(union(x).with_(A)))
+        lhs = dot(A, E, 0, l, e_ax, c)
+        out.append(rule(eq(x).to(lhs), is_eye(E), _last(A, l), *same_dtype(E, A, x)).then(union(x).with_(A)))
+    return out
+
+
+def _zero_example(rng, dt):
+    import jax.numpy as jnp
+
+    m, k, n = sizes(rng, 3)
+    return (lambda a, b: (a @ jnp.zeros((k, n), a.dtype) + b, jnp.zeros((n, m), a.dtype) @ a)), _mats(
+        rng, dt, (m, k), (m, n)
+    )
+
+
+def _identity_example(rng, dt):
+    import jax.numpy as jnp
+
+    m, k = sizes(rng, 2)
+    return (lambda a: jnp.eye(m, dtype=a.dtype) @ a + a @ jnp.eye(k, dtype=a.dtype)), _mats(rng, dt, (m, k))
+
+
+_reg(
+    "zero",
+    "A@0 -> 0, 0@B -> 0",
+    False,
+    _zero,
+    "0 a broadcast literal; one dtype (inf·0 is NaN)",
+    _zero_example,
+)
+_reg(
+    "identity",
+    "I@A -> A, A@I -> A",
+    False,
+    _identity,
+    "I an identity built in the program (iota == iota); one dtype (inf·0 is NaN)",
+    _identity_example,
+)
+
+__all__: list[str] = []

@@ -1,0 +1,62 @@
+"""Helpers the rule families share: pattern variables, side conditions and example inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+from egglog import String, Vec, eq, i64, vars_
+
+from ..terms import Tensor, dtype, shape
+
+__all__ = ["rand", "sizes", "same_dtype", "rank", "FLOAT", "RING", "V"]
+
+# Dtypes an example is checked in: FLOAT for rules exact only over the reals or in floating point,
+# RING for rules that also hold in integer arithmetic with wrap-around (rings Z/2^n): sums and
+# products reassociate and distribute there, so such rules are sound for int32 too.
+FLOAT = ("float32", "bfloat16")
+RING = ("float32", "bfloat16", "int32")
+
+
+class _Vars:
+    """Pattern variables, shared by the families (egglog variables are just names)."""
+
+    def __init__(self):
+        self.A, self.B, self.C, self.D, self.E, self.X, self.Y, self.Z, self.S, self.T, self.K, self.M = (
+            vars_("A B C D E X Y Z S T K M", Tensor)
+        )
+        self.x, self.y, self.z, self.w = vars_("x y z w", Tensor)
+        self.nb, self.l, self.r, self.c, self.q, self.ax, self.s0, self.s1 = vars_("nb l r c q ax s0 s1", i64)
+        self.n, self.m, self.k, self.o, self.p, self.lv, self.i, self.j = vars_("n m k o p lv i j", i64)
+        self.sa, self.sb, self.sc, self.so, self.perm, self.dims = vars_("sa sb sc so perm dims", Vec[i64])
+        (self.d,) = vars_("d", String)
+        (self.args,) = vars_("args", Vec[Tensor])
+
+
+V = _Vars()
+
+
+def same_dtype(*ts):
+    """All of `ts` have dtype V.d (so no rule changes a type)."""
+    return [eq(dtype(t)).to(V.d) for t in ts]
+
+
+def rank(t, r: int):
+    return eq(shape(t).length()).to(i64(r))
+
+
+def rand(rng, shape_, dt):
+    """Random inputs of a dtype: normal floats, small integers (so int32 products stay exact)."""
+    import jax.numpy as jnp
+
+    if np.dtype(jnp.dtype(dt)).kind in "iu":
+        return jnp.asarray(rng.integers(-4, 5, size=shape_).astype(np.int32)).astype(dt)
+    return jnp.asarray(rng.standard_normal(shape_).astype(np.float32)).astype(dt)
+
+
+def positive_rand(rng, shape_, dt):
+    import jax.numpy as jnp
+
+    return jnp.asarray(rng.uniform(0.5, 2.0, size=shape_).astype(np.float32)).astype(dt)
+
+
+def sizes(rng, k: int, lo: int = 8, hi: int = 40) -> list[int]:
+    return [int(x) for x in rng.integers(lo, hi, size=k)]
