@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -182,7 +183,15 @@ class Optimized:
         self.traces += 1
         flat = self._flat_fn(args, kwargs, in_tree)
         specs = [_spec(x) for x in leaves]
+        t0 = time.perf_counter()
         closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*specs)
+        log.debug(
+            "trace %s #%d: %d inputs in %.1f ms",
+            _name(self.fn),
+            self.traces,
+            len(specs),
+            (time.perf_counter() - t0) * 1e3,
+        )
         out_tree = jax.tree_util.tree_structure(out_shape)
         try:
             profile = (

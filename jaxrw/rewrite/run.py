@@ -8,6 +8,7 @@ extractor ran and the time of each phase.
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from .graph import EGraphView
 from .profiles import Profile
 from .rules import Rule, select_rules
 from .terms import analysis
+
+log = logging.getLogger("jaxrw")
 
 __all__ = ["Limits", "StopReason", "RewriteReport", "RewriteResult", "rewrite_jaxpr", "NUMERICS"]
 
@@ -222,12 +225,21 @@ def rewrite_jaxpr(
     program = _stage("encode", encode, closed)
     report.n_equations, report.n_outputs = program.n_equations, len(program.outputs)
     report.phase_s["encode"] = time.perf_counter() - t
+    log.debug("encode: %s in %.1f ms", program.describe(), report.phase_s["encode"] * 1e3)
 
     t = time.perf_counter()
     _stage("rewrite", lambda: program.egraph.run(analysis.saturate()))
     before = _stage("rewrite", EGraphView.from_egraph, program.egraph)
     _stage("rewrite", saturate, program, chosen, limits, report)
     report.phase_s["rewrite"] = time.perf_counter() - t
+    log.debug(
+        "rewrite: %d rules, %d iterations, stop: %s, fired %s in %.1f ms",
+        len(chosen),
+        report.iterations,
+        report.stop_reason.value,
+        report.rules_fired or "none",
+        report.phase_s["rewrite"] * 1e3,
+    )
 
     t = time.perf_counter()
     view = _stage("extract", EGraphView.from_egraph, program.egraph).with_slow(slow)
@@ -239,12 +251,22 @@ def rewrite_jaxpr(
     before_costs = _stage("extract", node_costs, before, model)
     report.cost_before = dag_cost(before, _only_choice(before), before_costs)
     report.phase_s["extract"] = time.perf_counter() - t
+    log.debug(
+        "extract: %d nodes, %d classes, %s, cost %.3g -> %.3g in %.1f ms",
+        view.n_nodes,
+        view.n_classes,
+        ex.extractor,
+        report.cost_before,
+        report.cost_after,
+        report.phase_s["extract"] * 1e3,
+    )
 
     gain = 1.0 - report.cost_after / report.cost_before if report.cost_before > 0 else 0.0
     if not force and gain < limits.min_gain:
         report.rewritten = False
         report.guard_note = f"predicted gain {gain * 100:.1f}% < margin {limits.min_gain * 100:.0f}%"
         report.cost_after = report.cost_before
+        log.debug("guard: original kept (%s)", report.guard_note)
         return RewriteResult(None, report, program, view, ex, costs, before)
 
     t = time.perf_counter()
@@ -269,6 +291,7 @@ def rewrite_jaxpr(
     report.hoisted_bytes = hoisted.nbytes if hoisted is not None else 0
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True
+    log.debug("decode: rewritten program built in %.1f ms", report.phase_s["decode"] * 1e3)
     return RewriteResult(fn, report, program, view, ex, costs, before)
 
 
