@@ -278,7 +278,9 @@ def build_program(closed: Any, profile: Profile) -> Program:
         env[v] = vid
         inputs.append(vid)
     walk(closed.jaxpr, env)
-    outputs = [Lit(a.val) if compat.is_literal(a) else env[a] for a in closed.jaxpr.outvars]
+    outputs = [
+        Lit(np.asarray(a.val, a.aval.dtype)) if compat.is_literal(a) else env[a] for a in closed.jaxpr.outvars
+    ]
     for v, (shape, dtype) in avals.items():
         if dtype.itemsize == 0 or str(dtype) in ("int4", "uint4", "float4_e2m1fn"):
             raise ValueError(f"value {v} has dtype {dtype}, which thunky buffers cannot hold")
