@@ -90,6 +90,9 @@ class Ordering:
 
     def hb(self, a: int, b: int) -> bool:
         """True when region `a` finishes before region `b` starts, on every execution."""
+        known = (START, END, *self.pos, *self.task)
+        if a not in known or b not in known:
+            return False
         if a == START:
             return b != START
         if b == END:
@@ -136,6 +139,7 @@ def validate(plan: Plan) -> ValidationReport:
     prog = plan.program
     bufs = plan.buffers
     regions = {r.id: r for r in plan.regions}
+    n_order = len(rep.problems)
     # each region has what it needs: its operands are its own results, reads, constants or literals
     for r in plan.regions:
         made = {o for i in r.ops for o in prog.ops[i].outs}
@@ -151,7 +155,7 @@ def validate(plan: Plan) -> ValidationReport:
                 rep.problems.append(f"r{r.id} writes v{v} but does not compute it")
             if v not in bufs:
                 rep.problems.append(f"r{r.id} writes v{v}, which has no buffer")
-    if rep.problems:
+    if len(rep.problems) > n_order:
         return rep
     # every read after its writes
     for r in plan.regions:
@@ -165,16 +169,10 @@ def validate(plan: Plan) -> ValidationReport:
                 rep.problems.append(f"r{r.id} reads v{v} ({b.kind}), which nothing writes")
             for w in writers:
                 if not order.hb(w, r.id):
-                    why = (
-                        ""
-                        if w == r.id
-                        else (
-                            " (another stream: no async_done orders them)"
-                            if regions[w].stream != r.stream or r.stream
-                            else ""
-                        )
-                    )
-                    rep.problems.append(f"r{r.id} reads v{v} before r{w} has written it{why}")
+                    cross = w >= 0 and w != r.id and (regions[w].stream != r.stream or r.stream != 0)
+                    why = " (another stream: no async_done orders them)" if cross else ""
+                    where = "the program starts" if w < 0 else f"r{w} has written it"
+                    rep.problems.append(f"r{r.id} reads v{v} before {where}{why}")
     # outputs complete before the end
     for j, name in plan.out_storage.items():
         v = prog.outputs[j]
