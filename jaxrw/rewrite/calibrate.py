@@ -17,12 +17,26 @@ from .profiles import CPU, H200, Profile, save_profile
 __all__ = ["calibrate", "main"]
 
 
-def _gemm_rate(n: int, dtype: Any, samples: int) -> float:
+def _chain(n: int, dtype: Any, k: int):
+    """k dependent n×n products in one compiled program (unrolled: k kernels, one dispatch)."""
     k1, k2 = jax.random.split(jax.random.key(n))
-    a = jax.random.normal(k1, (n, n), jnp.float32).astype(dtype)
-    b = jax.random.normal(k2, (n, n), jnp.float32).astype(dtype)
-    t = time_one(jax.jit(lambda a, b: a @ b), (a, b), samples=samples).median
-    return 2.0 * n**3 / t
+    a = (jax.random.normal(k1, (n, n), jnp.float32) / math.sqrt(n)).astype(dtype)
+    x = jax.random.normal(k2, (n, n), jnp.float32).astype(dtype)
+
+    def f(a, x):
+        for _ in range(k):
+            x = a @ x
+        return x
+
+    return jax.jit(f), (a, x)
+
+
+def _gemm_rate(n: int, dtype: Any, samples: int, guess: float) -> float:
+    """FLOP/s of an n×n×n product, with the per-call dispatch amortized over a chain."""
+    k = int(min(64, max(4, math.ceil(2e-3 * guess / (2.0 * n**3)))))
+    fn, args = _chain(n, dtype, k)
+    t = time_one(fn, args, samples=samples).median
+    return 2.0 * n**3 * k / t
 
 
 def calibrate(quick: bool = False) -> Profile:
@@ -31,24 +45,23 @@ def calibrate(quick: bool = False) -> Profile:
     base = H200 if kind == "cuda" else CPU
     big = 1024 if (quick or kind == "cpu") else 8192
     samples = 3 if quick else 7
-    rates = {}
-    for dt in ("float32", "bfloat16"):
-        rates[dt] = _gemm_rate(big, jnp.dtype(dt), samples)
+    guess = base.matmul_rate("float32")
+    rates = {dt: _gemm_rate(big, jnp.dtype(dt), samples, guess) for dt in ("float32", "bfloat16")}
     rates["float16"] = rates["bfloat16"]
     # bandwidth: a read+write pass over a large buffer
     n_bytes = (64 if (quick or kind == "cpu") else 1024) * 2**20
     x = jax.random.normal(jax.random.key(1), (n_bytes // 4,), jnp.float32)
     t = time_one(jax.jit(lambda x: x * 1.0001 + 1.0), (x,), samples=samples).median
     bandwidth = 2.0 * n_bytes / t
-    # launch: the per-call cost of a trivial kernel
+    # per-call dispatch of a compiled program, and per-kernel cost inside one (64 tiny products)
     tiny = jnp.ones((8,), jnp.float32)
-    launch = time_one(jax.jit(lambda x: x + 1.0), (tiny,), samples=samples).median
-    # small-GEMM efficiency: fraction of the large-GEMM rate by size bucket (log2 of the size)
+    call = time_one(jax.jit(lambda x: x + 1.0), (tiny,), samples=samples).median
+    fn, args = _chain(8, jnp.float32, 64)
+    launch = max(0.0, (time_one(fn, args, samples=samples).median - call) / 64)
+    # small-GEMM efficiency: fraction of the large-GEMM rate by size bucket (log2 of the side)
     eff = {}
-    top = int(math.log2(big))
-    for p in range(3, top + 1, 1 if quick else 1):
-        n = 2**p
-        eff[p] = min(1.0, _gemm_rate(n, jnp.float32, samples) / rates["float32"])
+    for p in range(3, int(math.log2(big)) + 1):
+        eff[p] = min(1.0, _gemm_rate(2**p, jnp.float32, samples, guess) / rates["float32"])
     return Profile(
         name=f"{base.name}-calibrated",
         kind=kind,
@@ -57,6 +70,7 @@ def calibrate(quick: bool = False) -> Profile:
         bandwidth=bandwidth,
         launch_s=launch,
         gemm_efficiency=eff,
+        call_s=call,
         source=f"calibrated on {jax.devices()[0].device_kind}",
     )
 
@@ -74,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     for dt, r in prof.matmul_flops.items():
         print(f"  matmul {dt:<9} {r / 1e12:10.3f} TFLOP/s")
     print(f"  bandwidth       {prof.bandwidth / 1e9:10.1f} GB/s (read+write)")
-    print(f"  launch          {prof.launch_s * 1e6:10.1f} us")
+    print(f"  kernel launch   {prof.launch_s * 1e6:10.1f} us (inside a compiled program)")
+    print(f"  call dispatch   {prof.call_s * 1e6:10.1f} us (per call of a compiled program)")
     print("  gemm efficiency " + " ".join(f"2^{k}:{v:.2f}" for k, v in sorted(prof.gemm_efficiency.items())))
     print(f"saved {path}")
     return 0

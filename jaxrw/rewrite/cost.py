@@ -66,6 +66,7 @@ FUSIBLE = frozenset(
 # Data movement is folded even without hoisting; arithmetic only when arguments are hoisted.
 FOLDED = frozenset({"concat", "transpose", "slice", "op"})
 HOISTABLE = frozenset({"concat", "transpose", "slice", "dot", "add", "sub", "mul", "div", "neg", "unary"})
+SLICING = frozenset({"slice", "dynamic_slice", "squeeze", "reshape"})
 # Fraction of the output bytes an op inside a fusion still costs (its share of the fused kernel).
 FUSED_SHARE = 0.5
 
@@ -149,10 +150,13 @@ class Roofline:
         if node.op in FUSIBLE or name in FUSIBLE:
             # Inside a fusion: a share of its own output plus reads of operands that come from
             # outside any fusion (inputs, products, reductions).
-            reads = sum(nbytes(view, c) for c in node.children if not _fusible_class(view, c))
+            if name in SLICING:  # a slice reads only the part it keeps
+                reads = out_b if not _fusible_class(view, node.children[0]) else 0.0
+            else:
+                reads = sum(nbytes(view, c) for c in node.children if not _fusible_class(view, c))
             flops = node_flops(node, view)
             return max(flops / p.vector_flops, (FUSED_SHARE * out_b + reads) / p.bandwidth)
-        in_b = sum(nbytes(view, c) for c in node.children)
+        in_b = out_b if name in SLICING else sum(nbytes(view, c) for c in node.children)
         flops = node_flops(node, view)
         return max(flops / p.vector_flops, (in_b + out_b) / p.bandwidth) + p.launch_s
 

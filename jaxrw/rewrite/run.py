@@ -16,7 +16,7 @@ from typing import Any
 
 from egglog import run as run_schedule
 
-from ..errors import InvalidOptionError, RewriteStageError
+from ..errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .cost import CostModel, get_cost_model
 from .decode import decode
 from .encode import Program, encode
@@ -154,7 +154,7 @@ class RewriteResult:
 def _stage(name: str, fn: Callable, *args: Any, **kw: Any) -> Any:
     try:
         return fn(*args, **kw)
-    except RewriteStageError:
+    except JaxrwError:  # deliberate errors (unsupported program, bad option) keep their type
         raise
     except Exception as e:  # noqa: BLE001 - every internal failure is reported with its stage
         raise RewriteStageError(name, e) from e
@@ -261,7 +261,9 @@ def rewrite_jaxpr(
         report.phase_s["extract"] * 1e3,
     )
 
-    gain = 1.0 - report.cost_after / report.cost_before if report.cost_before > 0 else 0.0
+    # a call's fixed dispatch is paid either way: gains on tiny programs must beat it too
+    total_before = report.cost_before + profile.call_s
+    gain = 1.0 - (report.cost_after + profile.call_s) / total_before if total_before > 0 else 0.0
     if not force and gain < limits.min_gain:
         report.rewritten = False
         report.guard_note = f"predicted gain {gain * 100:.1f}% < margin {limits.min_gain * 100:.0f}%"

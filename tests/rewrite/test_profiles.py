@@ -19,7 +19,8 @@ def test_builtin_profiles_and_unknown_name():
 
 def test_efficiency_grows_with_size():
     p = profiles.H200
-    assert p.efficiency(1, 4096, 4096) < p.efficiency(256, 256, 256) < p.efficiency(4096, 4096, 4096) <= 1.0
+    assert p.efficiency(4, 16, 16) < p.efficiency(256, 256, 256) < p.efficiency(4096, 4096, 4096) <= 1.0
+    assert p.efficiency(1, 4096, 4096) == p.efficiency(256, 256, 256)  # looked up at equal work
 
 
 def test_calibrate_saves_a_profile_used_by_default(tmp_path, monkeypatch, capsys):
