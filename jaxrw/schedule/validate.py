@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
 import numpy as np
 
 from .plan import Plan, ScheduleError
@@ -301,11 +302,12 @@ def _ordered(plan: Plan, order: Ordering, a: int, b: int) -> bool:
 # -- simulation -----------------------------------------------------------------------------------
 
 
-def simulate(plan: Plan, args: Sequence[Any], *, seed: int = 0) -> list[np.ndarray]:
+def simulate(plan: Plan, args: Sequence[Any], *, seed: int = 0, jit: bool = False) -> list[np.ndarray]:
     """Run the plan on NumPy memory in a random order the steps allow; return the flat outputs.
 
     Outputs and scratch start as garbage (NaN or random bits), so a read of unwritten memory or of
-    memory another value overwrote changes the result."""
+    memory another value overwrote changes the result. `jit=True` compiles each region whole, as
+    thunky does (slower for one-off programs, faster for big regions)."""
     prog = plan.program
     rng = random.Random(seed)
     problems: list[str] = []
@@ -331,7 +333,7 @@ def simulate(plan: Plan, args: Sequence[Any], *, seed: int = 0) -> list[np.ndarr
         pending.remove(rid)
         r = regions[rid]
         fn = prog.compute_fn(r.ops, r.reads, r.writes)
-        outs = fn(*[np.array(view(v)) for v in r.reads])
+        outs = (jax.jit(fn) if jit else fn)(*[np.array(view(v)) for v in r.reads])
         for v, val in zip(r.writes, outs, strict=True):
             view(v)[...] = np.asarray(val)
     result = []

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -27,9 +29,9 @@ def test_plan_is_valid_and_simulates_to_the_program(make, k):
     plan, fn, args = _plan(make, k)
     rep = check(plan)
     assert rep.peak_bytes == plan.peak_bytes
-    want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+    want = [np.asarray(jnp.asarray(w)) for w in jax.tree_util.tree_leaves(fn(*args))]
     for seed in range(2):
-        got = simulate(plan, args, seed=seed)
+        got = simulate(plan, args, seed=seed, jit=seed == 1)
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             assert g.shape == w.shape and g.dtype == w.dtype
@@ -106,15 +108,21 @@ def test_chooser_prefers_one_stream_for_tiny_kernels():
     assert plan.thunky_s > plan.xla_s  # so `auto` keeps XLA's schedule
 
 
-def test_large_independent_gemms_predict_a_gain_on_streams():
-    e, m, d = 4, 256, 4096
+# GEMMs that keep 30% of the machine busy (a profile fixed here so the test is about the planner)
+THIN_GEMMS = dataclasses.replace(H200, gemm_efficiency={0: 0.05, 8: 0.3, 12: 0.95})
+
+
+def test_independent_underfilling_gemms_predict_a_gain_on_streams():
+    e, m, d = 4, 256, 8192
     specs = [jax.ShapeDtypeStruct((e, m, d), "bfloat16"), jax.ShapeDtypeStruct((e, d, d), "bfloat16")]
 
     def f(x, w):
         return [jax.numpy.stack([jax.numpy.tanh(x[i] @ w[i]) for i in range(e)])]
 
-    plan = plan_program(jax.make_jaxpr(f)(*specs), H200)
-    assert plan.streams > 1 and plan.predicted_speedup > 1.0
+    plan = plan_program(jax.make_jaxpr(f)(*specs), THIN_GEMMS)
+    assert plan.streams > 1 and plan.predicted_speedup > 1.5
+    full = plan_program(jax.make_jaxpr(f)(*specs), dataclasses.replace(THIN_GEMMS, gemm_efficiency={}))
+    assert full.streams == 1  # GEMMs that fill the GPU gain nothing from a second stream
 
 
 def test_unschedulable_programs_raise_schedule_error():

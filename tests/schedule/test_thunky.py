@@ -1,0 +1,194 @@
+"""Emission and policy: every emitted program traces and lowers (as far as CPU allows); modes behave."""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrw.errors import JaxrwError
+from jaxrw.rewrite.profiles import H200
+from jaxrw.schedule import (
+    Scheduled,
+    ScheduleUnavailableError,
+    apply,
+    choose,
+    cuda_available,
+    emit,
+    lower_to_dialect,
+    plan_program,
+    schedule_program,
+    thunky_available,
+)
+from jaxrw.schedule import thunky as sched_thunky
+
+from .programs import PROGRAMS, cell, donated, experts_packed, flat, specs_of
+
+needs_cuda = pytest.mark.skipif(not (cuda_available() and thunky_available()), reason="needs CUDA and thunky")
+
+
+def _setup(make, k):
+    fn, args, donate = make(np.random.default_rng(0))
+    specs = specs_of(args)
+    closed, shape = jax.make_jaxpr(flat(fn), return_shape=True)(*specs)
+    plan = plan_program(closed, H200, streams=k, donate=donate)
+    return plan, fn, args, specs, donate, jax.tree_util.tree_structure(shape)
+
+
+def _big_plan():
+    from .test_plan import THIN_GEMMS
+
+    e, m, d = 4, 256, 8192
+    specs = [jax.ShapeDtypeStruct((e, m, d), "bfloat16"), jax.ShapeDtypeStruct((e, d, d), "bfloat16")]
+    f = lambda x, w: [jnp.stack([jnp.tanh(x[i] @ w[i]) for i in range(e)])]  # noqa: E731
+    return plan_program(jax.make_jaxpr(f)(*specs), THIN_GEMMS)
+
+
+# -- policy ---------------------------------------------------------------------------------------
+
+
+def test_thunky_imports_here():
+    assert thunky_available()  # jax 0.12 ships thunky and its dialect, CPU included
+
+
+@pytest.mark.parametrize("thunky", [True, False])
+@pytest.mark.parametrize("cuda", [True, False])
+def test_policy(thunky, cuda):
+    gain, loss = _big_plan(), _setup(experts_packed, None)[0]
+    assert gain.predicted_speedup > 1.1 and loss.predicted_speedup < 1.0
+    assert not choose("xla", gain, thunky=thunky, cuda=cuda).use_thunky
+    auto_gain = choose("auto", gain, thunky=thunky, cuda=cuda)
+    assert auto_gain.use_thunky == (thunky and cuda)
+    assert not choose("auto", loss, thunky=thunky, cuda=cuda).use_thunky
+    assert not choose("auto", None, thunky=thunky, cuda=cuda).use_thunky
+    if thunky and cuda:
+        assert choose("streams", loss, thunky=thunky, cuda=cuda).use_thunky
+        assert "predicted" in auto_gain.reason
+    else:
+        with pytest.raises(ScheduleUnavailableError, match="CUDA" if thunky else "thunky") as err:
+            choose("streams", loss, thunky=thunky, cuda=cuda)
+        assert isinstance(err.value, JaxrwError) and "schedule='auto'" in str(err.value)
+
+
+def test_unknown_mode():
+    with pytest.raises(JaxrwError, match="valid"):
+        choose("fast")
+
+
+def test_missing_thunky_is_said_once(monkeypatch, caplog):
+    monkeypatch.setattr(sched_thunky, "thunky_available", lambda: False)
+    monkeypatch.setattr(sched_thunky, "_said", set())
+    fn, args, _ = chain_args()
+    with caplog.at_level(logging.INFO, logger="jaxrw"):
+        for _ in range(3):
+            f = apply("auto", fn, specs_of(args))
+            np.testing.assert_allclose(f(*args)[0], fn(*args)[0], rtol=1e-5)
+    said = [r for r in caplog.records if "thunky is not available" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.INFO
+
+
+def chain_args():
+    from .programs import chain
+
+    fn, args, donate = chain(np.random.default_rng(0))
+    return fn, args, donate
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the behaviour without CUDA")
+def test_modes_without_cuda():
+    fn, args, _ = chain_args()
+    specs = specs_of(args)
+    for mode in ("auto", "xla"):
+        assert schedule_program(fn, specs, mode, H200) is None
+        out = apply(mode, fn, specs)
+        np.testing.assert_allclose(out(*args)[0], jax.jit(fn)(*args)[0], rtol=1e-6)
+    with pytest.raises(ScheduleUnavailableError, match="CUDA device"):
+        apply("streams", fn, specs)
+    plan = _setup(cell, 2)[0]
+    with pytest.raises(ScheduleUnavailableError):
+        schedule_program(fn, specs, plan, H200)
+
+
+def test_apply_keeps_donation():
+    fn, args, donate = donated(np.random.default_rng(0))
+    f = apply("xla", flat(fn), specs_of(args), donate)
+    x = jnp.asarray(args[0])
+    f(x, *args[1:])
+    assert x.is_deleted() or jax.default_backend() == "cpu"  # CPU may ignore donation
+
+
+# -- emission -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 4])
+@pytest.mark.parametrize("make", PROGRAMS, ids=lambda m: m.__name__)
+def test_every_emitted_program_traces(make, k):
+    plan, fn, args, specs, donate, tree = _setup(make, k)
+    jaxpr = jax.make_jaxpr(emit(plan, donate, tree))(*specs)
+    text = str(jaxpr)
+    assert text.count("thunky.call_jax") == len(plan.regions)
+    assert text.count("thunky.async_start") == sum(s.kind == "start" for s in plan.steps)
+    assert text.count("thunky.async_done") == sum(s.kind == "done" for s in plan.steps)
+    outs = jax.eval_shape(emit(plan, donate, tree), *specs)
+    want = jax.eval_shape(flat(fn), *specs)
+    assert jax.tree_util.tree_structure(outs) == jax.tree_util.tree_structure(want)
+    for o, w in zip(jax.tree_util.tree_leaves(outs), jax.tree_util.tree_leaves(want), strict=True):
+        assert o.shape == w.shape and o.dtype == w.dtype
+
+
+@pytest.mark.parametrize(
+    ("make", "k"), [(cell, 4), (experts_packed, 4), (donated, 1)], ids=["cell", "experts", "donated"]
+)
+def test_lowers_to_the_thunky_dialect(make, k):
+    plan, _, _, specs, _, _ = _setup(make, k)
+    text = lower_to_dialect(plan, specs, compile_regions=True)
+    assert "func.func @main" in text and "!thunky.buffer" in text
+    assert text.count("thunky.async_start") == sum(s.kind == "start" for s in plan.steps)
+    assert text.count("thunky.async_done") == sum(s.kind == "done" for s in plan.steps)
+    if any(b.kind in ("view", "part") for b in plan.buffers.values()):
+        assert "thunky.slice_buffer" in text
+
+
+def test_scheduled_uses_xla_under_transformations():
+    fn, args, _ = chain_args()
+    specs = specs_of(args)
+    plan = plan_program(jax.make_jaxpr(fn)(*specs), H200)
+
+    def boom(*a):
+        raise AssertionError("the thunky program ran under a transformation")
+
+    s = Scheduled(boom, jax.jit(fn), plan, sched_thunky.Decision(True, "test"))
+    g = jax.grad(lambda x: s(x, *args[1:])[0].sum())(args[0])
+    want = jax.grad(lambda x: fn(x, *args[1:])[0].sum())(args[0])
+    np.testing.assert_allclose(g, want, rtol=1e-5)
+    batched = jax.vmap(lambda x: s(x, *args[1:])[0])(jnp.stack([args[0]] * 2))
+    assert batched.shape[0] == 2
+    with pytest.raises(AssertionError, match="ran under"):
+        s(*args)  # a plain call takes the thunky path
+    assert "Scheduled(test)" in repr(s)
+
+
+# -- on the device --------------------------------------------------------------------------------
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("make", PROGRAMS, ids=lambda m: m.__name__)
+def test_streams_match_jit_on_gpu(make):
+    fn, args, donate = make(np.random.default_rng(1))
+    want = jax.jit(fn)(*args)
+    got = apply("streams", fn, specs_of(args), ())(*args)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-5, atol=1e-5)
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [2, 4])
+def test_forced_stream_plans_match_jit_on_gpu(k):
+    plan, fn, args, specs, _, tree = _setup(cell, k)
+    out = schedule_program(fn, specs, plan, H200)(*args)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(fn)(*args)), rtol=1e-5, atol=1e-5)
