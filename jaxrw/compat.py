@@ -81,3 +81,25 @@ def get_aval(x: Any) -> Any:
     if typeof is not None:
         return typeof(x)
     return _core.get_aval(x)  # pragma: no cover - jax < 0.6
+
+
+def scan_num_consts(params: dict) -> int:
+    """Loop-invariant operands of a scan. jax 0.11/0.12 describe the operands with a flat tree
+    `ft_in` = (consts, carry, xs); older jax had `num_consts`."""
+    if "num_consts" in params:
+        return int(params["num_consts"])
+    consts, _carry, _xs = params["ft_in"].unpack()
+    return len(consts)
+
+
+def scan_with_extra_consts(params: dict, body: Any, k: int) -> dict:
+    """Scan parameters for the same loop with `k` more leading constants and a new body."""
+    if "num_consts" in params:
+        out = {**params, "jaxpr": body, "num_consts": params["num_consts"] + k}
+        if "linear" in params:
+            out["linear"] = (False,) * k + tuple(params["linear"])
+        return out
+    from jax._src import flattree as ft  # jax 0.11/0.12 (private module; no public equivalent)
+
+    consts, carry, xs = params["ft_in"].unpack()
+    return {**params, "jaxpr": body, "ft_in": ft.pack((ft.nones(len(consts) + k), carry, xs))}

@@ -132,8 +132,12 @@ def _opaque(ctx: _Ctx, node: Node, vals: list[Any]) -> Any:
     eqn_idx, out = node.attrs
     key = (eqn_idx, tuple(id(v) for v in vals))
     if key not in ctx.opaque_cache:
-        eqn = ctx.program.eqns[eqn_idx]
-        ctx.opaque_cache[key] = compat.bind_equation(eqn.primitive, eqn.params, vals)
+        replacement = ctx.program.eqn_fns.get(eqn_idx)
+        if replacement is not None:  # control flow whose bodies were rewritten
+            ctx.opaque_cache[key] = list(replacement(vals))
+        else:
+            eqn = ctx.program.eqns[eqn_idx]
+            ctx.opaque_cache[key] = compat.bind_equation(eqn.primitive, eqn.params, vals)
     return ctx.opaque_cache[key][out]
 
 

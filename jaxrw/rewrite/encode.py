@@ -118,6 +118,8 @@ class Program:
     n_equations: int = 0  # equations after inlining
     primitives: dict[str, int] = field(default_factory=dict)  # count by primitive name
     const_is_arg: list[bool] = field(default_factory=list)  # closed-over arrays (not literals)
+    # opaque equation index -> replacement `vals -> outputs` (control flow with rewritten bodies)
+    eqn_fns: dict[int, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         return f"Program({self.n_equations} equations, {len(self.outputs)} outputs, {len(self.eqns)} opaque)"
@@ -132,6 +134,8 @@ class _Encoder:
         self.params: list[tuple[Any, dict]] = []
         self.param_keys: dict[Any, int] = {}
         self.eqns: list[Any] = []
+        self.eqn_fns: dict[int, Any] = {}
+        self.body_hook: Any = None
         self.facts: list[Any] = []
         self.typed: set[int] = set()
         self.n_equations = 0
@@ -236,6 +240,10 @@ class _Encoder:
                 return [Tensor.op(name, self.param(eqn.primitive, p), Vec[Tensor](*ins))]
         idx = len(self.eqns)
         self.eqns.append(eqn)
+        if self.body_hook is not None:
+            replacement = self.body_hook(eqn)
+            if replacement is not None:
+                self.eqn_fns[idx] = replacement
         return [Tensor.opaque(idx, k, Vec[Tensor](*ins)) for k in range(len(eqn.outvars))]
 
     def structural(self, eqn: Any, ins: list[Tensor]) -> Tensor | None:
@@ -344,12 +352,14 @@ def _freeze(x: Any) -> Any:
     return x
 
 
-def encode(closed: Any) -> Program:
-    """Load a ClosedJaxpr into a fresh e-graph; raise UnsupportedProgramError for effects."""
+def encode(closed: Any, body_hook: Any = None) -> Program:
+    """Load a ClosedJaxpr into a fresh e-graph; raise UnsupportedProgramError for effects.
+    `body_hook(eqn)` may supply a replacement for an opaque equation (see control.py)."""
     if closed.effects:
         names = sorted({type(e).__name__ for e in closed.effects})
         raise UnsupportedProgramError(f"programs with side effects are not rewritten (effects: {names})")
     enc = _Encoder(closed)
+    enc.body_hook = body_hook
     args = []
     for i, v in enumerate(closed.jaxpr.invars):
         t = Tensor.var(i)
@@ -372,6 +382,7 @@ def encode(closed: Any) -> Program:
         n_equations=enc.n_equations,
         primitives=enc.primitives,
         const_is_arg=enc.const_is_arg,
+        eqn_fns=enc.eqn_fns,
     )
 
 

@@ -80,6 +80,7 @@ class RewriteReport:
     phase_s: dict[str, float] = field(default_factory=dict)
     autotune: dict[str, Any] | None = None  # winner, median times, whether from the disk cache
     hoisted_bytes: int = 0  # size of the values kept between calls for hoisted arguments
+    bodies: list[RewriteReport] = field(default_factory=list)  # control-flow bodies, recursively
     hoist_note: str = ""
 
     @property
@@ -111,6 +112,7 @@ class RewriteReport:
                 else []
             )
             + ([("hoisting", self.hoist_note)] if self.hoist_note else [])
+            + ([("bodies", _bodies_row(self.bodies))] if self.bodies else [])
         )
 
     def __repr__(self) -> str:
@@ -137,6 +139,7 @@ class RewriteReport:
             "autotune": self.autotune,
             "hoisted_bytes": self.hoisted_bytes,
             "hoist_note": self.hoist_note,
+            "bodies": [b.to_dict() for b in self.bodies],
         }
 
 
@@ -209,20 +212,40 @@ def rewrite_jaxpr(
     force: bool = False,
     slow: frozenset[int] = frozenset(),
     max_hoist_bytes: int = DEFAULT_MAX_HOIST_BYTES,
+    control_flow: bool = True,
     _note: str = "",
 ) -> RewriteResult:
     """Optimize one ClosedJaxpr. `force=True` skips the guard (for tests and measured top-k).
 
     `slow` names flat inputs whose work is hoisted out of the hot call: the cost model prices it
     as free and the decoded function carries the prologue/main split (`fn.hoisted`). Past
-    `max_hoist_bytes` of hoisted values, nothing is hoisted and the report says why."""
+    `max_hoist_bytes` of hoisted values, nothing is hoisted and the report says why.
+    `control_flow` rewrites the bodies of scan/while/cond too (recursively, see control.py)."""
     limits = limits or Limits()
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
     report = RewriteReport(cost_model=model.name, hoist_note=_note)
     t = time.perf_counter()
-    program = _stage("encode", encode, closed)
+    hook = None
+    if control_flow:
+        from .control import make_body_hook
+
+        def rewrite_body(body: Any, body_slow: frozenset[int]) -> RewriteResult:
+            return rewrite_jaxpr(
+                body,
+                rules=rules,
+                cost_model=cost_model,
+                profile=profile,
+                extractor=extractor,
+                limits=limits,
+                numerics=numerics,
+                slow=body_slow,
+                max_hoist_bytes=max_hoist_bytes,
+            )
+
+        hook = make_body_hook(rewrite_body, report.bodies)
+    program = _stage("encode", encode, closed, hook)
     report.n_equations, report.n_outputs = program.n_equations, len(program.outputs)
     report.phase_s["encode"] = time.perf_counter() - t
     log.debug("encode: %s in %.1f ms", program.describe(), report.phase_s["encode"] * 1e3)
@@ -264,7 +287,8 @@ def rewrite_jaxpr(
     # a call's fixed dispatch is paid either way: gains on tiny programs must beat it too
     total_before = report.cost_before + profile.call_s
     gain = 1.0 - (report.cost_after + profile.call_s) / total_before if total_before > 0 else 0.0
-    if not force and gain < limits.min_gain:
+    bodies_rewritten = sum(1 for b in report.bodies if b.rewritten)
+    if not force and gain < limits.min_gain and not bodies_rewritten:
         report.rewritten = False
         report.guard_note = f"predicted gain {gain * 100:.1f}% < margin {limits.min_gain * 100:.0f}%"
         report.cost_after = report.cost_before
@@ -295,6 +319,16 @@ def rewrite_jaxpr(
     report.rewritten = True
     log.debug("decode: rewritten program built in %.1f ms", report.phase_s["decode"] * 1e3)
     return RewriteResult(fn, report, program, view, ex, costs, before)
+
+
+def _bodies_row(bodies: list[RewriteReport]) -> str:
+    done = [b for b in bodies if b.rewritten]
+    fired: dict[str, int] = {}
+    for b in done:
+        for k, v in b.rules_fired.items():
+            fired[k] = fired.get(k, 0) + v
+    rules = ", ".join(f"{k}×{v}" for k, v in sorted(fired.items())) or "none"
+    return f"{len(done)} of {len(bodies)} control-flow bodies rewritten ({rules})"
 
 
 def _autotune_row(info: dict[str, Any]) -> str:

@@ -1,0 +1,115 @@
+"""Optimizing inside control flow: the bodies of scan, while_loop (fori_loop) and cond/switch.
+
+Each body is a jaxpr of its own: it is rewritten by the same pipeline (same rules, cost model and
+guard), recursively. Loop bodies treat their constant operands (`num_consts` of a scan,
+`body_nconsts` of a while) as slow inputs, so work that depends only on them (products or
+concatenations of loop-invariant weights) is hoisted out of the loop: it runs once before the
+loop and enters it as extra constants.
+
+The encoder calls `body_hook(eqn)` for every equation it keeps opaque; a non-None answer is a
+function `vals -> outputs` the decoder uses instead of re-binding the original equation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from .. import compat
+
+__all__ = ["make_body_hook", "LOOP_PRIMITIVES"]
+
+LOOP_PRIMITIVES = frozenset({"scan", "while", "cond"})
+
+# rewrite(closed_body, slow_input_indices) -> RewriteResult (or raises)
+Rewriter = Callable[[Any, frozenset[int]], Any]
+
+
+def _specs(closed: Any) -> list[Any]:
+    return [
+        jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, weak_type=v.aval.weak_type)
+        for v in closed.jaxpr.invars
+    ]
+
+
+def _retrace(fn: Callable, specs: list[Any]) -> Any | None:
+    """A closed jaxpr of `fn` for a body, or None when it closes over arrays (bodies can't)."""
+    closed = jax.make_jaxpr(lambda *xs: list(fn(*xs)))(*specs)
+    return None if closed.consts else closed
+
+
+def _loop_body(eqn: Any, rewrite: Rewriter, body_key: str, first: int, reports: list) -> Any:
+    """A replacement for a scan/while equation whose body was rewritten, or None."""
+    p = eqn.params
+    body = p[body_key]
+    is_scan = eqn.primitive.name == "scan"
+    nc = compat.scan_num_consts(p) if is_scan else p["body_nconsts"]
+    res = rewrite(body, frozenset(range(nc)))
+    reports.append(res.report)
+    if res.fn is None:
+        return None
+    hoisted = getattr(res.fn, "hoisted", None)
+    specs = _specs(body)
+    if hoisted is None:
+        new_body = _retrace(res.fn, specs)
+        if new_body is None:
+            return None
+        params = {**p, body_key: new_body}
+        return lambda vals: compat.bind_equation(eqn.primitive, params, vals)
+    k = hoisted.n_values
+
+    def run(vals: list[Any]) -> list[Any]:
+        pre, consts, rest = vals[:first], vals[first : first + nc], vals[first + nc :]
+        extra = hoisted.prologue(*[consts[i] for i in hoisted.slow])
+        extra_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in extra]
+
+        def body_fn(*xs: Any) -> list[Any]:  # (consts, extra, carry/xs) -> main(consts, carry/xs, extra)
+            return hoisted.main(*xs[:nc], *xs[nc + k :], *xs[nc : nc + k])
+
+        new_body = _retrace(body_fn, specs[:nc] + extra_specs + specs[nc:])
+        if new_body is None:  # pragma: no cover - main never closes over arrays
+            return compat.bind_equation(eqn.primitive, p, vals)
+        if is_scan:
+            params = compat.scan_with_extra_consts(p, new_body, k)
+        else:
+            params = {**p, body_key: new_body, "body_nconsts": nc + k}
+        return compat.bind_equation(eqn.primitive, params, [*pre, *consts, *extra, *rest])
+
+    return run
+
+
+def _cond(eqn: Any, rewrite: Rewriter, reports: list) -> Any:
+    branches = list(eqn.params["branches"])
+    changed = False
+    for i, br in enumerate(branches):
+        res = rewrite(br, frozenset())
+        reports.append(res.report)
+        if res.fn is not None:
+            new = _retrace(res.fn, _specs(br))
+            if new is not None:
+                branches[i] = new
+                changed = True
+    if not changed:
+        return None
+    params = {**eqn.params, "branches": tuple(branches)}
+    return lambda vals: compat.bind_equation(eqn.primitive, params, vals)
+
+
+def make_body_hook(rewrite: Rewriter, reports: list) -> Callable[[Any], Any]:
+    """The encoder's hook: rewrite the bodies of control-flow equations with `rewrite`."""
+
+    def hook(eqn: Any) -> Any:
+        name = eqn.primitive.name
+        if name == "scan":
+            # scan operands: consts, carry, xs; the consts are loop-invariant
+            return _loop_body(eqn, rewrite, "jaxpr", 0, reports)
+        if name == "while":
+            # while operands: cond consts, body consts, carry; only the body is rewritten
+            return _loop_body(eqn, rewrite, "body_jaxpr", eqn.params["cond_nconsts"], reports)
+        if name == "cond":
+            return _cond(eqn, rewrite, reports)
+        return None
+
+    return hook
