@@ -281,7 +281,11 @@ def build_program(closed: Any, profile: Profile) -> Program:
     outputs = [
         Lit(np.asarray(a.val, a.aval.dtype)) if compat.is_literal(a) else env[a] for a in closed.jaxpr.outvars
     ]
+    ops = _live_ops(ops, outputs)
+    used = {a for op in ops for a in (*op.ins, *op.outs) if not isinstance(a, Lit)} | set(inputs)
     for v, (shape, dtype) in avals.items():
+        if v not in used:
+            continue
         if dtype.itemsize == 0 or str(dtype) in ("int4", "uint4", "float4_e2m1fn"):
             raise ValueError(f"value {v} has dtype {dtype}, which thunky buffers cannot hold")
         if 0 in shape:
@@ -298,6 +302,20 @@ def build_program(closed: Any, profile: Profile) -> Program:
     for op in ops:
         _price(prog, op, profile)
     return prog
+
+
+def _live_ops(ops: list[Op], outputs: list[Any]) -> list[Op]:
+    """Drop ops no output depends on (the program has no effects), renumbering the rest."""
+    live = {o for o in outputs if not isinstance(o, Lit)}
+    keep = []
+    for op in reversed(ops):
+        if any(o in live for o in op.outs):
+            keep.append(op)
+            live.update(a for a in op.ins if not isinstance(a, Lit))
+    keep.reverse()
+    for i, op in enumerate(keep):
+        op.index = i
+    return keep
 
 
 def _is_alias(prog: Program, op: Op) -> bool:

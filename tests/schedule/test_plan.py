@@ -146,3 +146,13 @@ def test_program_inlines_calls_and_custom_jvp():
     assert not any(op.name in ("jit", "pjit", "custom_jvp_call") for op in prog.ops)
     x = np.linspace(-2, 2, 3).astype(np.float32)
     np.testing.assert_allclose(prog.evaluate([x])[0], f(x)[0], rtol=1e-6)
+
+
+def test_dead_code_gets_no_region():
+    def f(x, w):
+        jax.numpy.sin(x @ w)  # unused: no region computes it
+        return [jax.numpy.tanh(x) * 2]
+
+    args = (np.ones((4, 4), np.float32), np.ones((4, 4), np.float32))
+    plan = plan_program(jax.make_jaxpr(f)(*args), H200, streams=4)
+    assert [op.name for op in plan.program.ops] == ["tanh", "mul"] and len(plan.regions) == 1

@@ -1,0 +1,335 @@
+"""XLA's schedule vs jaxrw.schedule (thunky) on programs of independent small-kernel branches.
+
+Run on an H200 with jax 0.12.0.1 (thunky), from the repository root, in under 8 minutes:
+
+    OUT=/some/dir python bench/schedule_h200.py        # --quick: three cases, fewer samples
+
+For every case: jax.jit (XLA), schedule="streams" (the planner's choice of streams), thunky forced
+onto one stream and onto four, and schedule="auto" (which measures before it picks thunky). Each is
+checked against jax.jit on fresh random inputs, timed interleaved (median of samples, each many
+calls then block_until_ready), and its compiled memory_analysis() compared with XLA's. JSON goes to
+$OUT/schedule_h200.json (bench/results/ without $OUT); a short table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxrw.rewrite.profiles import default_profile  # noqa: E402
+from jaxrw.schedule import Scheduled, apply, plan_program, schedule_program  # noqa: E402
+from jaxrw.schedule.thunky import random_inputs, time_call  # noqa: E402
+
+BUDGET_S = 7 * 60  # stop starting new cases after this (the whole run must stay under 8 minutes)
+
+
+# -- cases: (name, description, fn of flat arrays returning a list, specs) -----------------------
+
+
+def _spec(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def experts_packed(e, m, d, dtype="float32"):
+    """`e` equal-shape two-layer experts in stacked buffers X, W1, W2; results stacked (DESIGN.md)."""
+
+    def fn(x, w1, w2):
+        return [jnp.stack([jax.nn.relu(x[i] @ w1[i]) @ w2[i] for i in range(e)])]
+
+    specs = [_spec((e, m, d), dtype), _spec((e, d, d), dtype), _spec((e, d, d), dtype)]
+    return f"experts_packed_{e}x{m}x{d}", f"{e} experts {m}x{d}, packed", fn, specs
+
+
+def experts_varied(count, dtype="float32"):
+    """`count` two-layer experts whose shapes cycle through a few (m, k, n); separate arrays."""
+    ms, ks, ns = (32, 64, 128), (256, 512, 1024), (512, 2048)
+    shapes = [(ms[i % 3], ks[(i // 3) % 3], ns[i % 2]) for i in range(count)]
+
+    def fn(*a):
+        return [jnp.tanh(a[3 * i] @ a[3 * i + 1]) @ a[3 * i + 2] for i in range(count)]
+
+    specs = []
+    for m, k, n in shapes:
+        specs += [_spec((m, k), dtype), _spec((k, n), dtype), _spec((n, k), dtype)]
+    return f"experts_varied_{count}", f"{count} experts, {len(set(shapes))} shapes", fn, specs
+
+
+def experts_medium(dtype="bfloat16"):
+    """Four experts of different shapes, each GEMM too small to fill the GPU but long-running."""
+    shapes = [(256, 4096, 8192), (384, 4096, 6144), (512, 3072, 8192), (640, 4096, 4096)]
+
+    def fn(*a):
+        return [jax.nn.gelu(a[3 * i] @ a[3 * i + 1]) @ a[3 * i + 2] for i in range(len(shapes))]
+
+    specs = []
+    for m, k, n in shapes:
+        specs += [_spec((m, k), dtype), _spec((k, n), dtype), _spec((n, k), dtype)]
+    return "experts_medium_4", "4 experts m 256-640, k/n 3-8K", fn, specs
+
+
+def cell(batch=64, hidden=1024, dtype="float32"):
+    """A multi-branch recurrent cell (NasRNN-like): eight x/h projections combined pairwise."""
+
+    def fn(x, h, w, u):
+        t = [x @ w[i] + h @ u[i] for i in range(8)]
+        a = [jnp.tanh(t[0]) * jax.nn.sigmoid(t[1]), jax.nn.relu(t[2]) + t[3]]
+        a += [jax.nn.sigmoid(t[4]) * t[5], jnp.tanh(t[6]) - t[7]]
+        return [(a[0] + a[1]) * jnp.tanh(a[2] + a[3])]
+
+    specs = [
+        _spec((batch, hidden), dtype),
+        _spec((batch, hidden), dtype),
+        _spec((8, hidden, hidden), dtype),
+        _spec((8, hidden, hidden), dtype),
+    ]
+    return f"cell_{batch}x{hidden}", f"8-branch cell b{batch} h{hidden}", fn, specs
+
+
+def decoders(dims=(1024, 1536, 2048, 2560), batch=8, dtype="bfloat16"):
+    """Independent small decode steps (layernorm, 4x MLP, residual) of different widths."""
+
+    def ln(x):
+        xf = x.astype(jnp.float32)
+        mu = xf.mean(-1, keepdims=True)
+        return ((xf - mu) * jax.lax.rsqrt(((xf - mu) ** 2).mean(-1, keepdims=True) + 1e-5)).astype(x.dtype)
+
+    def fn(*a):
+        return [a[3 * i] + jax.nn.gelu(ln(a[3 * i]) @ a[3 * i + 1]) @ a[3 * i + 2] for i in range(len(dims))]
+
+    specs = []
+    for d in dims:
+        specs += [_spec((batch, d), dtype), _spec((d, 4 * d), dtype), _spec((4 * d, d), dtype)]
+    return f"decoders_{len(dims)}", f"{len(dims)} decode steps b{batch} d{dims[0]}-{dims[-1]}", fn, specs
+
+
+def gemm_chain(n=2048, depth=4, dtype="float32"):
+    """Control: one chain of GEMMs that fill the GPU (DESIGN.md: parity at best)."""
+
+    def fn(x, *ws):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return [x]
+
+    return f"gemm_chain_{n}", f"{depth} chained {n}^2 GEMMs", fn, [_spec((n, n), dtype)] * (depth + 1)
+
+
+def cases(quick: bool, smoke: bool = False):
+    if smoke:  # tiny shapes: checks the script end to end on a CPU
+        return [experts_packed(4, 8, 32), cell(4, 32), decoders((16, 24), 2, "float32"), gemm_chain(64, 2)]
+    if quick:
+        return [experts_packed(16, 64, 512), cell(), experts_medium()]
+    return [
+        experts_packed(16, 64, 512),
+        experts_packed(8, 128, 2048),
+        experts_packed(32, 32, 256),
+        experts_varied(8),
+        experts_varied(32),
+        experts_varied(64),
+        cell(),
+        cell(256, 2048, "bfloat16"),
+        decoders(),
+        experts_medium(),
+        gemm_chain(),
+    ]
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+
+def memory(fn, args):
+    """XLA's compiled memory_analysis() of a jitted function, in bytes."""
+    try:
+        m = fn.lower(*args).compile().memory_analysis()
+    except Exception as e:  # noqa: BLE001 - record, keep going
+        return {"error": f"{type(e).__name__}: {e}"}
+    if m is None:
+        return {"error": "memory_analysis() returned None"}
+    arg, out, tmp, alias = (
+        int(getattr(m, f"{k}_size_in_bytes", 0)) for k in ("argument", "output", "temp", "alias")
+    )
+    return {"argument": arg, "output": out, "temp": tmp, "alias": alias, "peak": arg + out + tmp - alias}
+
+
+def compare(got, want):
+    g = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(got)]
+    w = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(want)]
+    bitwise = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(g, w, strict=True))
+    rel = max(float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)) for a, b in zip(g, w, strict=True))
+    return {"bitwise": bitwise, "rel_err": rel}
+
+
+def tolerance(dtype):
+    return 1e-2 if "16" in str(dtype) else 1e-5
+
+
+def run_case(name, desc, fn, specs, profile, samples, budget_end):
+    rec = {"case": name, "description": desc, "dtype": str(specs[0].dtype), "variants": {}}
+    closed = jax.make_jaxpr(fn)(*specs)
+    args = random_inputs(specs, seed=1)
+    xla = jax.jit(fn)
+    want = xla(*args)
+    variants = {"xla": xla}
+    plans = {}
+    for label, mode in (("streams", "streams"), ("1 stream", 1), ("4 streams", 4), ("auto", "auto")):
+        try:
+            if mode == "auto":
+                f = apply("auto", fn, specs, (), profile)
+                rec["auto_choice"] = "thunky" if isinstance(f, Scheduled) else "xla"
+                rec["auto_reason"] = f.decision.reason if isinstance(f, Scheduled) else "kept XLA's schedule"
+            elif mode == "streams":
+                f = schedule_program(fn, specs, "streams", profile)
+            else:
+                plans[label] = plan_program(closed, profile, streams=mode)
+                f = schedule_program(fn, specs, plans[label], profile)
+            if f is None:
+                raise RuntimeError("nothing to schedule")
+            if isinstance(f, Scheduled):
+                plans.setdefault(label, f.plan)
+            variants[label] = f
+        except Exception as e:  # noqa: BLE001 - one broken variant must not end the run
+            rec["variants"][label] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc(-3)}
+    # correctness on fresh inputs, then warm-up
+    fresh = random_inputs(specs, seed=2)
+    want_fresh = xla(*fresh)
+    for label, f in list(variants.items()):
+        try:
+            out = f(*fresh)
+            jax.block_until_ready(out)
+            check = compare(out, want_fresh)
+            check["ok"] = check["rel_err"] <= tolerance(specs[0].dtype)
+            rec["variants"].setdefault(label, {}).update(check)
+            time_call(f, args, 3)
+        except Exception as e:  # noqa: BLE001
+            rec["variants"][label] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc(-3)}
+            variants.pop(label)
+    del want
+    # calls per sample: about 20 ms of XLA time
+    t1 = time_call(xla, args, 5)
+    calls = int(min(500, max(5, 0.02 / max(t1, 1e-6))))
+    times = {k: [] for k in variants}
+    for _ in range(samples):
+        for label, f in variants.items():
+            times[label].append(time_call(f, args, calls))
+        if time.perf_counter() > budget_end:
+            break
+    base = float(np.median(times["xla"]))
+    for label, ts in times.items():
+        med = float(np.median(ts))
+        v = rec["variants"].setdefault(label, {})
+        v.update(
+            median_us=med * 1e6,
+            spread_us=[min(ts) * 1e6, max(ts) * 1e6],
+            samples=len(ts),
+            calls=calls,
+            speedup=base / med,
+        )
+        f = variants[label]
+        jitted = f.fast if isinstance(f, Scheduled) else (f if hasattr(f, "lower") else None)
+        if jitted is not None:
+            v["memory"] = memory(jitted, args)
+    for label, plan in plans.items():
+        rec["variants"].setdefault(label, {})["plan"] = {
+            "regions": len(plan.regions),
+            "streams": plan.streams,
+            "stages": plan.stages,
+            "predicted_xla_us": plan.xla_s * 1e6,
+            "predicted_thunky_us": plan.thunky_s * 1e6,
+            "predicted_peak": plan.peak_bytes,
+            "predicted_scratch": plan.scratch_bytes,
+        }
+    return rec
+
+
+def table(records):
+    cols = ["xla", "streams", "1 stream", "4 streams", "auto"]
+    lines = [f"{'case':<26}" + "".join(f"{c:>17}" for c in cols) + "  ok   peak MiB xla/streams"]
+    for r in records:
+        v = r["variants"]
+        cells = []
+        for c in cols:
+            x = v.get(c, {})
+            if "median_us" in x:
+                cells.append(
+                    f"{x['median_us']:9.1f} ({x['speedup']:.2f}x)"
+                    if c != "xla"
+                    else f"{x['median_us']:9.1f} µs"
+                )
+            else:
+                cells.append("error" if "error" in x else "-")
+        ok = all(x.get("ok", False) for x in v.values() if "median_us" in x)
+        mx, ms = v.get("xla", {}).get("memory", {}), v.get("streams", {}).get("memory", {})
+        mem = f"{mx.get('peak', 0) / 2**20:.1f}/{ms.get('peak', 0) / 2**20:.1f}" if "peak" in ms else "-"
+        choice = "" if r.get("auto_choice") is None else f" auto={r['auto_choice']}"
+        lines.append(
+            f"{r['case']:<26}"
+            + "".join(f"{c:>17}" for c in cells)
+            + f"  {'yes' if ok else 'NO ':<4} {mem}{choice}"
+        )
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="three cases, fewer samples")
+    ap.add_argument("--samples", type=int, default=7)
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes, to check the script on a CPU")
+    opts = ap.parse_args()
+    t0 = time.perf_counter()
+    dev = jax.devices()[0]
+    profile = default_profile("cuda" if dev.platform == "gpu" else dev.platform)
+    print(
+        f"device {dev.device_kind} ({dev.platform}), jax {jax.__version__}, profile {profile.name}",
+        flush=True,
+    )
+    records = []
+    for name, desc, fn, specs in cases(opts.quick, opts.smoke):
+        if time.perf_counter() - t0 > BUDGET_S:
+            records.append({"case": name, "description": desc, "skipped": "time budget", "variants": {}})
+            continue
+        t = time.perf_counter()
+        try:
+            samples = 3 if opts.quick or opts.smoke else opts.samples
+            rec = run_case(name, desc, fn, specs, profile, samples, t0 + BUDGET_S)
+        except Exception as e:  # noqa: BLE001
+            rec = {
+                "case": name,
+                "description": desc,
+                "error": f"{type(e).__name__}: {e}",
+                "trace": traceback.format_exc(-3),
+                "variants": {},
+            }
+        rec["wall_s"] = time.perf_counter() - t
+        records.append(rec)
+        print(f"  {name}: {rec['wall_s']:.0f}s", flush=True)
+    out_dir = Path(os.environ.get("OUT") or ROOT / "bench" / "results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "device": dev.device_kind,
+        "platform": dev.platform,
+        "jax": jax.__version__,
+        "date": datetime.date.today().isoformat(),
+        "profile": profile.name,
+        "wall_s": time.perf_counter() - t0,
+        "cases": records,
+    }
+    path = out_dir / "schedule_h200.json"
+    path.write_text(json.dumps(doc, indent=1, default=str))
+    print(f"wrote {path}")
+    print(table(records))
+
+
+if __name__ == "__main__":
+    main()
