@@ -76,6 +76,7 @@ class _Entry:
     report: RewriteReport | None
     fallback: str | None = None  # the cause, when jax.jit runs instead
     trace: Any = None  # (closed jaxpr, RewriteResult, profile), kept only for explain
+    proven: bool = False  # the rewritten program compiled and ran once
 
 
 @dataclass(eq=False)  # hashable by identity, like a jitted function
@@ -126,7 +127,19 @@ class Optimized:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         if entry.fallback is not None:
             return self._jitted(*args, **kwargs)
-        out = entry.call(*leaves)
+        if entry.proven or entry.report is None or not entry.report.rewritten:
+            out = entry.call(*leaves)
+        else:  # the first call compiles the rewritten program: a failure there falls back too
+            try:
+                out = entry.call(*leaves)
+            except Exception as e:  # noqa: BLE001 - never break the user's program
+                err = RewriteStageError("compile", e)
+                if self.strict:
+                    raise err from e
+                warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=2)
+                entry.fallback = str(err)
+                return self._jitted(*args, **kwargs)
+            entry.proven = True
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not any(compat.is_tracer(x) for x in leaves):
             self._verify(result, args, kwargs)
@@ -218,6 +231,8 @@ class Optimized:
                 warnings.warn(f"jaxrw: {_name(self.fn)}: {result.report.hoist_note}", stacklevel=3)
             if tune:
                 self._autotune(result, closed, flat, leaves)
+            if result.fn is not None:
+                _check_decoded(result.fn, specs, closed)
         except JaxrwError as e:
             if self.strict:
                 raise
@@ -233,12 +248,13 @@ class Optimized:
         log.debug("jaxrw %s: %r", _name(self.fn), report)
         donate = tuple(i for i, o in enumerate(owners) if o in self.donate_argnums)
         hoisted = getattr(result.fn, "hoisted", None)
-        if result.fn is None:
-            call = jax.jit(lambda *xs: jax.tree_util.tree_leaves(flat(*xs)), donate_argnums=donate)
-        elif hoisted is not None:
-            call = HoistedCall(hoisted, donate)
+        if hoisted is not None:
+            call = HoistedCall(hoisted, donate)  # prologue and main run under XLA's schedule
         else:
-            call = jax.jit(result.fn, donate_argnums=donate)
+            from .schedule import apply as schedule_apply
+
+            fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
+            call = schedule_apply(self.schedule, fn, specs, donate, profile)
         return _Entry(call, out_tree, report, trace=(closed, result, profile) if self._keep else None)
 
     def _autotune(self, result: Any, closed: Any, flat: Callable, leaves: list) -> None:
@@ -335,13 +351,32 @@ def _check_bytes(v: Any) -> int:
     return v
 
 
+def _check_decoded(fn: Callable, specs: list, closed: Any) -> None:
+    """Trace the decoded program abstractly: a failure, or outputs whose shapes, dtypes or weak
+    types differ from the traced program's, is a decode-stage error (caught before any call)."""
+    try:
+        outs = jax.eval_shape(fn, *specs)
+    except Exception as e:  # noqa: BLE001 - reported with its stage
+        raise RewriteStageError("decode", e) from e
+    got = [(tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False))) for o in outs]
+    want = [(tuple(v.aval.shape), v.aval.dtype, bool(v.aval.weak_type)) for v in closed.jaxpr.outvars]
+    if got != want:
+        raise RewriteStageError("decode", TypeError(f"decoded outputs {got} differ from the traced {want}"))
+
+
 def _name(fn: Callable) -> str:
     return getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
 
 
 def _leaf_key(x: Any) -> tuple:
     if isinstance(x, jax.Array | np.ndarray | np.generic) or compat.is_tracer(x):
-        aval = compat.get_aval(x)
+        try:
+            aval = compat.get_aval(x)
+        except TypeError as e:  # e.g. NumPy string or object arrays
+            raise InvalidOptionError(
+                f"argument leaf of dtype {getattr(x, 'dtype', '?')} is not a JAX array type; valid: arrays "
+                "of numeric or bool dtypes (mark other values static with static_argnums/static_argnames)"
+            ) from e
         return (tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False)))
     if isinstance(x, bool | int | float | complex):
         return ("py", type(x).__name__)
@@ -370,11 +405,10 @@ def _static_key(v: Any, what: str) -> Any:
 def _norm_argnums(v: int | Sequence[int] | None, what: str) -> tuple[int, ...]:
     if v is None:
         return ()
-    if isinstance(v, int):
-        return (v,)
-    out = tuple(v)
-    if not all(isinstance(i, int) and i >= 0 for i in out):
-        raise InvalidOptionError(f"{what} must be non-negative ints; got {v!r}")
+    seq = isinstance(v, Sequence) and not isinstance(v, str)
+    out = (v,) if isinstance(v, int) else tuple(v) if seq else None
+    if out is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in out):
+        raise InvalidOptionError(f"{what} must be a non-negative int or a sequence of them; got {v!r}")
     return out
 
 
@@ -415,8 +449,27 @@ def optimize(
     check_choice("schedule", schedule, SCHEDULES)
     if isinstance(cost_model, str):
         check_choice("cost model", cost_model, COST_MODELS)
+    elif not isinstance(cost_model, CostModel):
+        raise InvalidOptionError(
+            f"cost_model must be a registered name or have name and node_cost(); got {cost_model!r}; "
+            f"valid names: {sorted(COST_MODELS)!r}"
+        )
     check_choice("extractor", extractor, EXTRACTORS)
+    names_ok = isinstance(rules, Sequence) and all(isinstance(r, str) for r in rules)
+    if not (rules is None or isinstance(rules, str) or names_ok):
+        raise InvalidOptionError(
+            f"rules must be None, a rule or family name, or a sequence of names; got {rules!r}"
+        )
+    if isinstance(profile, str):
+        get_profile(profile)  # raises naming the valid profiles
+    elif profile is not None and not isinstance(profile, Profile):
+        raise InvalidOptionError(f"profile must be a jaxrw.Profile or a profile name; got {profile!r}")
+    if not isinstance(autotune_k, int) or isinstance(autotune_k, bool) or autotune_k < 1:
+        raise InvalidOptionError(f"autotune_k must be a positive int; got {autotune_k!r}")
     if isinstance(limits, dict):
+        fields = sorted(Limits.__dataclass_fields__)
+        for k in limits:
+            check_choice("limits field", k, fields)
         limits = Limits(**limits)
     elif limits is not None and not isinstance(limits, Limits):
         raise InvalidOptionError(f"limits must be a jaxrw.Limits or dict; got {limits!r}")

@@ -203,3 +203,16 @@ def test_guard_keeps_the_original_when_nothing_pays():
     rep = opt.report(a)
     assert rep is not None and not rep.rewritten and "margin" in rep.guard_note
     np.testing.assert_allclose(opt(a), jnp.tanh(a) * 2, rtol=1e-6)
+
+
+def test_schedule_option_on_a_machine_without_cuda():
+    from jaxrw.schedule import ScheduleUnavailableError
+
+    a, b = _rand(11, (16, 16), (16, 16))
+    for mode in ("auto", "xla"):
+        opt = jaxrw.optimize(lambda a, b: a @ b + a @ b, schedule=mode)
+        np.testing.assert_allclose(opt(a, b), 2 * (a @ b), rtol=1e-5)
+    if jax.default_backend() != "gpu":
+        streams = jaxrw.optimize(lambda a, b: a @ b, schedule="streams")
+        with pytest.raises(ScheduleUnavailableError):
+            streams(a, b)
