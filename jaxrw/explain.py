@@ -330,15 +330,18 @@ def _node_map(src: Any, dst: Any) -> dict[str, str]:
     return out
 
 
-def _rule_sites(closed: Any, before: Any, rule: Any) -> set[str]:
-    """Classes of `before` whose e-class grows when `rule` runs once on the program as written."""
-    from .rewrite.encode import encode
+def _rule_sites(program: Any, before: Any, rule: Any) -> set[str]:
+    """Classes of `before` whose e-class grows when `rule` runs once on the program as written
+    (`program`: its unrewritten encoding, restored afterwards with egglog's push/pop)."""
     from .rewrite.graph import EGraphView
     from .rewrite.run import Limits, RewriteReport, saturate
 
-    program = encode(closed)
-    saturate(program, [rule], Limits(iterations=1), RewriteReport())
-    view = EGraphView.from_json(_raw(program.egraph))
+    program.egraph.push()
+    try:
+        saturate(program, [rule], Limits(iterations=1), RewriteReport())
+        view = EGraphView.from_json(_raw(program.egraph))
+    finally:
+        program.egraph.pop()
     nmap = _node_map(before, view)
     owner = {nid: c for c, nid in nmap.items()}
     sites = set()
@@ -471,7 +474,7 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
         site_eqns: list[int] | None = None
         if want_sites and rule is not None:
             try:
-                site_eqns = sorted({eqn_of[c] for c in _rule_sites(closed, before, rule) if c in eqn_of})
+                site_eqns = sorted({eqn_of[c] for c in _rule_sites(program, before, rule) if c in eqn_of})
             except Exception as e:  # noqa: BLE001 - sites are best effort
                 log.debug("explain: locating %s failed: %s", name, e)
         rs = RuleSite(

@@ -76,6 +76,14 @@ class ExplanationViews:
                     f"({self.predicted_speedup:.2f}x)",
                 ),
             ]
+            if rep.get("hoisted_bytes"):
+                rows.append(
+                    (
+                        "hoisted",
+                        f"{rep['hoisted_bytes'] / 2**20:.2f} MiB of parameter-only work kept "
+                        "between calls (priced as free: the unchanged row's gain)",
+                    )
+                )
         if self.measured:
             m = self.measured
             times = ", ".join(

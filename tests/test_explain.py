@@ -1,0 +1,254 @@
+"""explain(): reports on real programs (chains, factoring, the round-trip corpus, the benchmark
+cases), their invariants (costs per region add up to the totals, every changed equation is in a
+region, rule sites are real equations), JSON round trip, the HTML view, graph rendering (skipped
+without graphviz's `dot`), and the JAXRW_LOG switch."""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrw
+from jaxrw.explain_render import DOT_MISSING, dot_available
+from tests.corpus import CORPUS
+
+HERE = os.path.basename(__file__)
+
+
+def _rand(seed, *shapes):
+    rng = np.random.default_rng(seed)
+    return tuple(jnp.asarray(rng.standard_normal(s).astype(np.float32)) for s in shapes)
+
+
+def chain(A, B, C, v):
+    return A @ B @ C @ v
+
+
+def factoring(A, B, C):
+    return A @ B + A @ C
+
+
+def elementwise(x, y):
+    return jnp.tanh(x) * y + 1.0
+
+
+def check_invariants(ex: jaxrw.Explanation) -> None:
+    """What every explanation of a traced program must satisfy."""
+    rep = ex.report
+    assert rep is not None
+    assert len(ex.equations) == rep["n_equations"]
+    assert [e.index for e in ex.equations] == list(range(len(ex.equations)))
+    ub, ua = ex.unchanged_cost
+    before = sum(r.cost_before for r in ex.regions) + ub
+    after = sum(r.cost_after for r in ex.regions) + ua
+    assert math.isclose(before, rep["cost_before"], rel_tol=1e-9, abs_tol=1e-15)
+    assert math.isclose(after, ex.result.extraction.cost, rel_tol=1e-9, abs_tol=1e-15)
+    changed = {e.index for e in ex.equations if e.status in ("rewritten", "removed")}
+    in_regions = {i for r in ex.regions for i in r.equations}
+    assert changed == in_regions
+    for e in ex.equations:
+        assert e.status in ("kept", "rewritten", "removed", "shared", "unused")
+        assert (e.region is not None) == (e.index in changed)
+    for r in ex.rules:
+        assert r.matches > 0 and r.name in jaxrw.rewrite.rules.RULES
+        assert all(0 <= i < len(ex.equations) for i in r.sites or [])
+    if ex.status == "rewritten" and rep["cost_after"] < rep["cost_before"]:
+        assert ex.regions or ex.report.get("hoisted_bytes")
+    text = repr(ex)
+    assert "jaxrw.explain" in text and ex.name in text
+    assert jaxrw.Explanation.from_json(ex.to_json()) == ex
+
+
+def test_chain_rules_sites_and_sources():
+    args = _rand(0, (64, 64), (64, 64), (64, 64), (64, 2))
+    ex = jaxrw.explain(chain, *args)
+    check_invariants(ex)
+    assert ex.status == "rewritten" and ex.predicted_speedup > 2
+    assert all(e.primitive == "dot_general" for e in ex.equations)
+    assert all(e.source.startswith(f"{HERE}:") and "chain" in e.source for e in ex.equations)
+    assert len(ex.regions) == 1 and ex.regions[0].before_ops == {"dot_general": 3}
+    located = [r for r in ex.rules if r.sites]
+    assert located and all(r.in_result for r in located)
+    assert any(r.identity.startswith("(A") for r in located)  # an associativity rule matched
+    # the optimized program contracts with the thin vector first: three matrix-vector products
+    assert ex.jaxpr_after.count("dot_general") == 3 and "f32[64,64] = dot_general" not in ex.jaxpr_after
+
+
+def test_factoring_region_names_its_rule():
+    args = _rand(1, (64, 64), (64, 64), (64, 64))
+    ex = jaxrw.explain(factoring, *args)
+    check_invariants(ex)
+    assert ex.status == "rewritten"
+    (region,) = ex.regions
+    assert region.before_ops == {"dot_general": 2, "add": 1}
+    assert region.after_ops.get("dot") == 1 and region.cost_after < region.cost_before
+    assert region.rules, "the factoring region should name a rule that matched there"
+    assert all(r in {x.name for x in ex.rules} for r in region.rules)
+
+
+def test_nothing_to_rewrite():
+    ex = jaxrw.explain(elementwise, *_rand(2, (8, 8), (8, 8)))
+    check_invariants(ex)
+    assert ex.status == "kept" and not ex.regions and not ex.rules
+    assert {e.status for e in ex.equations} == {"kept"}
+    assert ex.jaxpr_after is None
+
+
+def test_optimized_explain_measure_and_kwargs():
+    f = jaxrw.optimize(lambda A, B, v, scale=1.0: (A @ B) @ v * scale)
+    A, B, v = _rand(3, (64, 64), (64, 64), (64, 3))
+    ex = f.explain(A, B, v, scale=2.0, measure=True, samples=3)
+    check_invariants(ex)
+    assert set(ex.measured) == {"jax.jit", "jaxrw"}
+    assert all(m["median_s"] > 0 for m in ex.measured.values())
+    assert ex.measured_speedup is not None and "measure" in ex.phases
+    assert "measured" in repr(ex)
+    assert f.traces == 0 and not f._cache  # explain works on a private copy
+
+
+def test_options_pass_through():
+    args = _rand(4, (64, 64), (64, 64), (64, 64), (64, 2))
+    ex = jaxrw.explain(chain, *args, rules="dot.assoc_right", cost_model="flops", sites=False)
+    check_invariants(ex)
+    assert ex.options["cost_model"] == "flops" and ex.options["rules"] == "dot.assoc_right"
+    assert {r.name for r in ex.rules} <= {"dot.assoc_right"}
+    assert all(r.sites is None for r in ex.rules)
+
+
+def test_fallback_is_reported():
+    def effectful(x):
+        jax.debug.print("x={x}", x=x)
+        return x * 2
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = jaxrw.explain(effectful, jnp.ones(3))
+    assert ex.status == "fallback" and "effect" in ex.note
+    assert ex.report is None and "fallback" in repr(ex)
+    assert jaxrw.Explanation.from_json(ex.to_json()) == ex
+
+
+def test_json_and_html():
+    args = _rand(5, (64, 64), (64, 64), (64, 64), (64, 2))
+    ex = jaxrw.explain(chain, *args)
+    data = json.loads(ex.to_json())
+    assert data["status"] == "rewritten" and data["regions"][0]["equations"] == [0, 1, 2]
+    assert "result" not in data
+    page = ex._repr_html_()
+    for needle in (
+        "<table",
+        "rules fired",
+        "predicted cost per region",
+        "jaxprs side by side",
+        "dot_general",
+    ):
+        assert needle in page
+    assert "<script" not in page
+
+
+def test_graphs_build_without_dot():
+    args = _rand(6, (32, 32), (32, 32), (32, 32), (32, 2))
+    ex = jaxrw.explain(chain, *args, sites=False)
+    before, after = ex.graph("before"), ex.graph("after")
+    assert before.source.startswith("digraph") and after.source.startswith("digraph")
+    assert before.source.count("#") >= 3  # equation numbers label the original's nodes
+    kinds = {n["kind"] for n in ex.graphs["after"]["nodes"]}
+    assert "new" in kinds and "input" in kinds
+    with pytest.raises(ValueError, match="valid"):
+        ex.graph("sideways")
+
+
+def test_render_without_dot_says_so(monkeypatch, tmp_path, capsys):
+    import jaxrw.explain_render as er
+
+    monkeypatch.setattr(er.shutil, "which", lambda name: None)
+    ex = jaxrw.explain(chain, *_rand(7, (16, 16), (16, 16), (16, 16), (16, 2)), sites=False)
+    assert ex.render(tmp_path) == []
+    assert "dot" in capsys.readouterr().out
+    assert html.escape(DOT_MISSING) in ex._repr_html_()
+
+
+@pytest.mark.skipif(not dot_available(), reason="graphviz's `dot` program is not installed")
+@pytest.mark.parametrize("fmt", ["svg", "png"])
+def test_render_with_dot(tmp_path, fmt):
+    ex = jaxrw.explain(chain, *_rand(8, (16, 16), (16, 16), (16, 16), (16, 2)), sites=False)
+    paths = ex.render(tmp_path, format=fmt)
+    assert [p.name for p in paths] == [f"chain_before.{fmt}", f"chain_after.{fmt}"]
+    assert all(p.stat().st_size > 100 for p in paths)
+    assert "<svg" in ex._repr_html_()
+
+
+# The corpus programs that exercise distinct paths (the larger transformer variants repeat
+# attention's and take most of the time).
+CORPUS_CASES = [k for k in CORPUS if k not in ("gpt_block", "vmap_of_attention")]
+
+
+@pytest.mark.parametrize("name", CORPUS_CASES)
+def test_corpus(name):
+    fn, args = CORPUS[name](np.random.default_rng(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = jaxrw.explain(fn, *args)
+    if ex.status == "fallback":
+        assert ex.note
+        return
+    check_invariants(ex)
+    assert ex._repr_html_().count("<table") >= 2
+
+
+def _bench_cases():
+    try:
+        from jaxrw.bench.case import select
+    except ImportError:
+        return []
+    return [c for c in select("all") if c.suite in ("algebra", "merge") and not c.heavy]
+
+
+@pytest.mark.parametrize("case", _bench_cases(), ids=lambda c: f"{c.suite}/{c.name}")
+def test_bench_cases(case):
+    inst = case.instance("small", "float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = jaxrw.explain(inst.fn, *inst.args(0), **inst.opt_kwargs)
+    assert ex.status in ("rewritten", "kept", "fallback")
+    if ex.status != "fallback":
+        check_invariants(ex)
+
+
+def test_jaxrw_log_env_shows_phases():
+    code = (
+        "import jax.numpy as jnp, jaxrw\n"
+        "f = jaxrw.optimize(lambda a, b, v: a @ b @ v)\n"
+        "x = jnp.ones((256, 256)); f(x, x, x[:, :2])\n"
+    )
+    env = dict(os.environ, JAXRW_LOG="debug", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for phase in ("trace", "encode:", "rewrite:", "extract:", "decode:"):
+        assert phase in out.stderr
+
+
+def test_configure_logging_levels():
+    logger = logging.getLogger("jaxrw")
+    old_level, old_handlers = logger.level, list(logger.handlers)
+    try:
+        jaxrw.configure_logging("info")
+        jaxrw.configure_logging("info")  # idempotent: one handler
+        assert logger.level == logging.INFO
+        assert sum(h.get_name() == "jaxrw-env" for h in logger.handlers) == 1
+        jaxrw.configure_logging("loud")  # reported, not raised
+        assert logger.level == logging.INFO
+    finally:
+        logger.setLevel(old_level)
+        logger.handlers[:] = old_handlers
