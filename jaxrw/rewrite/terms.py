@@ -276,43 +276,48 @@ def _set(t, s, d):
     return (set_(shape(t)).to(s), set_(dtype(t)).to(d))
 
 
-def _broadcast_shape_rules(term, a, b):
+_elementwise = relation("elementwise", Tensor, Tensor, Tensor)  # t = f(a, b), f elementwise
+
+
+def _broadcast_shape_rules():
     """Shape of an elementwise op: rank-0 operands broadcast; equal ranks take the larger of each
     axis (jax 0.12 broadcasts size-1 axes implicitly)."""
+    ew = _elementwise(_t, _a, _b)
+    yield rule(ew, eq(_sa).to(shape(_a)), eq(_sb).to(shape(_b)), eq(_sb).to(_sa), eq(_d).to(dtype(_a))).then(
+        *_set(_t, _sa, _d)
+    )
     yield rule(
-        eq(_t).to(term),
-        eq(_sa).to(shape(a)),
-        eq(_sb).to(shape(b)),
-        eq(_sb.length()).to(i64(0)),
-        eq(_d).to(dtype(a)),
+        ew, eq(_sa).to(shape(_a)), eq(_sb).to(shape(_b)), eq(_sb.length()).to(i64(0)), eq(_d).to(dtype(_a))
     ).then(*_set(_t, _sa, _d))
     yield rule(
-        eq(_t).to(term),
-        eq(_sa).to(shape(a)),
-        eq(_sb).to(shape(b)),
+        ew,
+        eq(_sa).to(shape(_a)),
+        eq(_sb).to(shape(_b)),
         eq(_sa.length()).to(i64(0)),
         _sb.length() > 0,
-        eq(_d).to(dtype(b)),
+        eq(_d).to(dtype(_b)),
     ).then(*_set(_t, _sb, _d))
     for r in range(1, 5):
         out = Vec[i64](*[_sa[i].max(_sb[i]) for i in range(r)])
         yield rule(
-            eq(_t).to(term),
-            eq(_sa).to(shape(a)),
-            eq(_sb).to(shape(b)),
+            ew,
+            eq(_sa).to(shape(_a)),
+            eq(_sb).to(shape(_b)),
+            ne(_sa).to(_sb),
             eq(_sa.length()).to(i64(r)),
             eq(_sb.length()).to(i64(r)),
             eq(_so).to(out),
-            eq(_d).to(dtype(a)),
+            eq(_d).to(dtype(_a)),
         ).then(*_set(_t, _so, _d))
 
 
 @analysis.register
 def _shape_rules():
     for ctor in _ELEMENTWISE:
-        yield from _broadcast_shape_rules(ctor(_a, _b), _a, _b)
+        yield rule(eq(_t).to(ctor(_a, _b))).then(_elementwise(_t, _a, _b))
     for name in _TYPED_BINARY:
-        yield from _broadcast_shape_rules(Tensor.binary(name, _a, _b), _a, _b)
+        yield rule(eq(_t).to(Tensor.binary(name, _a, _b))).then(_elementwise(_t, _a, _b))
+    yield from _broadcast_shape_rules()
     same = (
         Tensor.neg(_a),
         Tensor.unary(_name, _a),

@@ -82,15 +82,15 @@ def _assoc_2d():
 
 
 def _chain_example(rng, dt):
-    n = int(rng.integers(24, 64))
+    n = sizes(rng, 1, 16, 64)[0]
     A_, B_, C_ = (rand(rng, (n, n), dt) for _ in range(3))
-    v = rand(rng, (n, int(rng.integers(1, 4))), dt)
+    v = rand(rng, (n, sizes(rng, 1, 1, 4)[0]), dt)
     return (lambda a, b, c_, v_: ((a @ b) @ c_) @ v_), (A_, B_, C_, v)
 
 
 def _chain_left_example(rng, dt):
-    m = int(rng.integers(24, 64))
-    u = rand(rng, (int(rng.integers(1, 4)), m), dt)
+    m = sizes(rng, 1, 16, 64)[0]
+    u = rand(rng, (sizes(rng, 1, 1, 4)[0], m), dt)
     A_, B_ = (rand(rng, (m, m), dt) for _ in range(2))
     return (lambda u_, a, b: u_ @ (a @ b)), (u, A_, B_)
 
@@ -414,7 +414,7 @@ def _transpose_out_example(rng, dt):
     import jax.numpy as jnp
 
     m, k, n = sizes(rng, 3)
-    b = int(rng.integers(2, 4))
+    b = sizes(rng, 1, 2, 4)[0]
     return (lambda a, b_, x3, y3: ((a @ b_).T, jnp.swapaxes(x3 @ y3, 1, 2))), _mats(
         rng, dt, (m, k), (k, n), (b, m, k), (b, k, n)
     )
