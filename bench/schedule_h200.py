@@ -5,7 +5,9 @@ Run on an H200 with jax 0.12.0.1 (thunky), from the repository root, in under 8 
     OUT=/some/dir python bench/schedule_h200.py        # --quick: three cases, fewer samples
 
 For every case: jax.jit (XLA), schedule="streams" (the planner's choice of streams), thunky forced
-onto one stream and onto four, and schedule="auto" (which measures before it picks thunky). Each is
+onto one stream and onto four, XLA with concurrent command-buffer scheduling (CONCURRENT_REGIONS and
+CONCURRENT: XLA overlapping the branches itself inside a CUDA graph), and schedule="auto" (which
+measures its candidates before it picks one). Each is
 checked against jax.jit on fresh random inputs, timed interleaved (median of samples, each many
 calls then block_until_ready), and its compiled memory_analysis() compared with XLA's. JSON goes to
 $OUT/schedule_h200.json (bench/results/ without $OUT); a short table is printed last.
@@ -30,8 +32,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from jaxrw.rewrite.profiles import default_profile  # noqa: E402
-from jaxrw.schedule import Scheduled, apply, plan_program, schedule_program  # noqa: E402
-from jaxrw.schedule.thunky import random_inputs, time_call  # noqa: E402
+from jaxrw.schedule import Scheduled, plan_program, schedule_program, select  # noqa: E402
+from jaxrw.schedule.thunky import XLA_CONCURRENT, random_inputs, time_call  # noqa: E402
 
 BUDGET_S = 7 * 60  # stop starting new cases after this (the whole run must stay under 8 minutes)
 
@@ -183,12 +185,24 @@ def run_case(name, desc, fn, specs, profile, samples, budget_end):
     want = xla(*args)
     variants = {"xla": xla}
     plans = {}
-    for label, mode in (("streams", "streams"), ("1 stream", 1), ("4 streams", 4), ("auto", "auto")):
+    modes = (
+        ("streams", "streams"),
+        ("1 stream", 1),
+        ("4 streams", 4),
+        ("xla regions", "regions"),
+        ("xla concurrent", "concurrent"),
+        ("auto", "auto"),
+    )
+    for label, mode in modes:
         try:
             if mode == "auto":
-                f = apply("auto", fn, specs, (), profile)
-                rec["auto_choice"] = "thunky" if isinstance(f, Scheduled) else "xla"
-                rec["auto_reason"] = f.decision.reason if isinstance(f, Scheduled) else "kept XLA's schedule"
+                sel = select(fn, specs, (), profile)
+                f = sel.fn
+                rec["auto_choice"], rec["auto_reason"] = sel.choice, sel.reason
+            elif mode == "regions":
+                f = jax.jit(fn, compiler_options=XLA_CONCURRENT)
+            elif mode == "concurrent":
+                f = jax.jit(fn, compiler_options={"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT"})
             elif mode == "streams":
                 f = schedule_program(fn, specs, "streams", profile)
             else:
@@ -254,29 +268,34 @@ def run_case(name, desc, fn, specs, profile, samples, budget_end):
 
 
 def table(records):
-    cols = ["xla", "streams", "1 stream", "4 streams", "auto"]
-    lines = [f"{'case':<26}" + "".join(f"{c:>17}" for c in cols) + "  ok   peak MiB xla/streams"]
+    """One line per case: XLA's time, every variant's speedup over it, correctness, peak memory."""
+    cols = [
+        ("streams", "streams"),
+        ("1 stream", "1str"),
+        ("4 streams", "4str"),
+        ("xla regions", "regions"),
+        ("xla concurrent", "concur"),
+        ("auto", "auto"),
+    ]
+    head = f"{'case':<25}{'XLA µs':>9}" + "".join(f"{short:>9}" for _, short in cols)
+    lines = [head + "  ok   peak MiB xla/streams  auto picked"]
     for r in records:
         v = r["variants"]
-        cells = []
-        for c in cols:
-            x = v.get(c, {})
-            if "median_us" in x:
-                cells.append(
-                    f"{x['median_us']:9.1f} ({x['speedup']:.2f}x)"
-                    if c != "xla"
-                    else f"{x['median_us']:9.1f} µs"
-                )
-            else:
-                cells.append("error" if "error" in x else "-")
+        if "median_us" not in v.get("xla", {}):
+            lines.append(f"{r['case']:<25}  {r.get('skipped') or r.get('error', 'error')[:80]}")
+            continue
+        cells = "".join(
+            f"{v[c]['speedup']:>8.2f}x"
+            if "speedup" in v.get(c, {})
+            else f"{'err' if 'error' in v.get(c, {}) else '-':>9}"
+            for c, _ in cols
+        )
         ok = all(x.get("ok", False) for x in v.values() if "median_us" in x)
-        mx, ms = v.get("xla", {}).get("memory", {}), v.get("streams", {}).get("memory", {})
-        mem = f"{mx.get('peak', 0) / 2**20:.1f}/{ms.get('peak', 0) / 2**20:.1f}" if "peak" in ms else "-"
-        choice = "" if r.get("auto_choice") is None else f" auto={r['auto_choice']}"
+        mx, ms = v["xla"].get("memory", {}), v.get("streams", {}).get("memory", {})
+        mem = f"{mx.get('peak', 0) / 2**20:.1f}/{ms['peak'] / 2**20:.1f}" if "peak" in ms else "-"
         lines.append(
-            f"{r['case']:<26}"
-            + "".join(f"{c:>17}" for c in cells)
-            + f"  {'yes' if ok else 'NO ':<4} {mem}{choice}"
+            f"{r['case']:<25}{v['xla']['median_us']:>9.1f}{cells}  {'yes' if ok else 'NO':<4} {mem:<21}"
+            f"{r.get('auto_choice', '-')}"
         )
     return "\n".join(lines)
 

@@ -27,12 +27,14 @@ from .thunky import (
     MODES,
     Decision,
     Scheduled,
+    Selection,
     apply,
     choose,
     cuda_available,
     emit,
     lower_to_dialect,
     schedule_program,
+    select,
     thunky_available,
 )
 from .validate import PlanError, ValidationReport, check, simulate, validate
@@ -63,6 +65,8 @@ __all__ = [
     "emit",
     "schedule_program",
     "apply",
+    "select",
+    "Selection",
     "thunky_available",
     "cuda_available",
     "lower_to_dialect",

@@ -26,6 +26,8 @@ from .plan import H200_STREAMS, Plan, ScheduleError, ScheduleUnavailableError, S
 from .validate import check
 
 __all__ = [
+    "Selection",
+    "select",
     "MODES",
     "Decision",
     "Scheduled",
@@ -268,28 +270,16 @@ def schedule_program(
         log.debug("jaxrw: XLA schedule for %s: %s", _name(result_fn), decision.reason)
         return None
     fallback = jax.jit(result_fn, donate_argnums=tuple(donate))
-    fast = emit(plan, donate, out_tree)
     if mode == "auto" and measure:
-        try:
-            t_xla, t_thunky = _measure(jax.jit(result_fn), emit(plan, (), out_tree), flat_specs)
-        except Exception as e:  # noqa: BLE001 - auto never breaks the program; it keeps XLA's schedule
-            log.warning(
-                "jaxrw: thunky schedule of %s failed to run (%s: %s); using XLA's schedule",
-                _name(result_fn),
-                type(e).__name__,
-                e,
-            )
+        picked = _pick(jax.jit(result_fn), {"thunky": emit(plan, (), out_tree)}, flat_specs, _name(result_fn))
+        if picked is None:
             return None
-        if t_thunky > t_xla * (1 - MEASURED_MARGIN):
-            log.info(
-                "jaxrw: %s: thunky measured %.1f µs vs XLA %.1f µs; using XLA's schedule",
-                _name(result_fn),
-                t_thunky * 1e6,
-                t_xla * 1e6,
-            )
-            return None
-        decision = Decision(True, f"measured {t_xla / t_thunky:.2f}x ({decision.reason})")
-    return Scheduled(fast, fallback, plan, decision)
+        decision = Decision(True, f"measured {picked[1]:.2f}x ({decision.reason})")
+    return Scheduled(emit(plan, donate, out_tree), fallback, plan, decision)
+
+
+# XLA's own concurrency: command buffers (CUDA graphs) whose independent small kernels may overlap
+XLA_CONCURRENT = {"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT_REGIONS"}
 
 
 def apply(
@@ -298,18 +288,82 @@ def apply(
     flat_specs: Sequence[Any],
     donate: Sequence[int] = (),
     profile: Profile | None = None,
+    *,
+    measure: bool = True,
+    concurrent_xla: bool = True,
 ) -> Callable:
-    """What optimize() calls: the scheduled program for `fn`, or `jax.jit(fn, donate_argnums=donate)`."""
+    """What optimize() calls: the scheduled program for `fn`, else `jax.jit(fn, donate_argnums=donate)`.
+
+    "xla": the plain jit. "streams": the thunky program (raises ScheduleUnavailableError without
+    thunky or CUDA). "auto": off CUDA the plain jit; on CUDA the fastest of the plain jit, the thunky
+    program (when it is predicted to gain) and, with `concurrent_xla`, XLA compiled with concurrent
+    command-buffer regions (when the branches are predicted to overlap), timed on random inputs;
+    a candidate must be 3% faster and use no more memory than the plain jit."""
     check_choice("schedule", mode, MODES)
+    plain = jax.jit(fn, donate_argnums=tuple(donate))
+    if mode == "xla":
+        return plain
+    if mode == "streams":
+        scheduled = schedule_program(fn, flat_specs, "streams", profile, donate)
+        return scheduled if scheduled is not None else plain
+    return select(fn, flat_specs, donate, profile, measure=measure, concurrent_xla=concurrent_xla).fn
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What `auto` picked: "xla", "thunky" or "xla-concurrent", the callable, and why."""
+
+    choice: str
+    fn: Callable
+    reason: str
+
+
+def select(
+    fn: Callable,
+    flat_specs: Sequence[Any],
+    donate: Sequence[int] = (),
+    profile: Profile | None = None,
+    *,
+    measure: bool = True,
+    concurrent_xla: bool = True,
+) -> Selection:
+    """The policy of schedule="auto" (see `apply`), with its choice and reason."""
+    plain = jax.jit(fn, donate_argnums=tuple(donate))
+    choose("auto", None)  # says once when thunky is missing
+    if not cuda_available():
+        return Selection("xla", plain, "no CUDA device")
+    profile = profile or default_profile(compat.device_kind())
     try:
-        scheduled = schedule_program(fn, flat_specs, mode, profile, donate)
-    except ScheduleUnavailableError:
-        raise
-    except ScheduleError:
-        if mode == "streams":
-            raise
-        scheduled = None
-    return scheduled if scheduled is not None else jax.jit(fn, donate_argnums=tuple(donate))
+        closed, shape = jax.make_jaxpr(fn, return_shape=True)(*flat_specs)
+        plan = plan_program(closed, profile, donate=tuple(donate))
+        check(plan)
+    except ScheduleError as e:
+        return Selection("xla", plain, str(e))
+    out_tree = jax.tree_util.tree_structure(shape)
+    costs = H200_STREAMS
+    trial: dict[str, Callable] = {}
+    final: dict[str, Callable[[], Callable]] = {}
+    predicted: dict[str, float] = {}
+    thunky_decision = choose("auto", plan, costs=costs)
+    if thunky_decision.use_thunky and plan.regions:
+        trial["thunky"] = emit(plan, (), out_tree)
+        final["thunky"] = lambda: Scheduled(emit(plan, donate, out_tree), plain, plan, thunky_decision)
+        predicted["thunky"] = plan.thunky_s
+    if concurrent_xla and plan.overlap_s < plan.xla_s * (1 - costs.min_gain):
+        trial["xla-concurrent"] = jax.jit(fn, compiler_options=XLA_CONCURRENT)
+        final["xla-concurrent"] = lambda: jax.jit(
+            fn, donate_argnums=tuple(donate), compiler_options=XLA_CONCURRENT
+        )
+        predicted["xla-concurrent"] = plan.overlap_s
+    if not trial:
+        return Selection("xla", plain, f"no predicted gain ({thunky_decision.reason})")
+    if not measure:
+        name = min(predicted, key=predicted.__getitem__)
+        return Selection(name, final[name](), f"predicted {plan.xla_s / predicted[name]:.2f}x")
+    picked = _pick(jax.jit(fn), trial, flat_specs, _name(fn))
+    if picked is None:
+        return Selection("xla", plain, f"measured no gain from {', '.join(trial)}")
+    return Selection(picked[0], final[picked[0]](), f"measured {picked[1]:.2f}x")
 
 
 def _name(fn: Callable) -> str:
@@ -344,19 +398,54 @@ def time_call(fn: Callable, args: Sequence[Any], calls: int = 20) -> float:
     return (time.perf_counter() - t) / calls
 
 
-def _measure(
-    xla: Callable, thunky_fn: Callable, flat_specs: Sequence[Any], rounds: int = 5
-) -> tuple[float, float]:
-    """Median seconds per call of both programs, timed interleaved after warm-up."""
+def peak_bytes(jitted: Any, args: Sequence[Any]) -> int | None:
+    """Peak device memory of a jitted function from XLA's memory_analysis() (None if unknown)."""
+    try:
+        m = jitted.lower(*args).compile().memory_analysis()
+        used = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+        return int(used - m.alias_size_in_bytes)
+    except Exception:  # noqa: BLE001 - memory analysis is optional on some backends
+        return None
+
+
+def _pick(
+    base: Callable, trial: dict[str, Callable], flat_specs: Sequence[Any], name: str, rounds: int = 5
+) -> tuple[str, float] | None:
+    """The candidate measurably faster than `base` (by MEASURED_MARGIN, using no more memory) and
+    its speedup, or None. Timed interleaved on random inputs after warm-up."""
     args = random_inputs(flat_specs)
-    for f in (xla, thunky_fn):
-        jax.block_until_ready(f(*args))
-        time_call(f, args, 3)
-    a, b = [], []
+    base_peak = peak_bytes(base, args)
+    want = jax.tree_util.tree_leaves(base(*args))
+    ok: dict[str, Callable] = {}
+    for label, f in trial.items():
+        try:
+            got = jax.tree_util.tree_leaves(f(*args))
+            if [g.shape for g in got] != [w.shape for w in want]:
+                raise ScheduleError("outputs differ in shape from jax.jit's")
+            peak = peak_bytes(f, args)
+            if base_peak is not None and peak is not None and peak > base_peak:
+                log.info("jaxrw: %s: %s needs %d bytes, XLA %d; not used", name, label, peak, base_peak)
+                continue
+            time_call(f, args, 3)
+            ok[label] = f
+        except Exception as e:  # noqa: BLE001 - auto never breaks the program; it keeps XLA's schedule
+            log.warning(
+                "jaxrw: %s schedule of %s failed (%s: %s); not used", label, name, type(e).__name__, e
+            )
+    if not ok:
+        return None
+    time_call(base, args, 3)
+    times: dict[str, list[float]] = {k: [] for k in ["xla", *ok]}
     for _ in range(rounds):
-        a.append(time_call(xla, args))
-        b.append(time_call(thunky_fn, args))
-    return float(np.median(a)), float(np.median(b))
+        times["xla"].append(time_call(base, args))
+        for label, f in ok.items():
+            times[label].append(time_call(f, args))
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    best = min(ok, key=med.__getitem__)
+    log.info("jaxrw: %s measured (µs): %s", name, ", ".join(f"{k} {v * 1e6:.1f}" for k, v in med.items()))
+    if med[best] > med["xla"] * (1 - MEASURED_MARGIN):
+        return None
+    return best, med["xla"] / med[best]
 
 
 # -- lowering without CUDA ------------------------------------------------------------------------

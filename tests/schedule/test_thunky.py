@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import jax
@@ -192,3 +193,45 @@ def test_forced_stream_plans_match_jit_on_gpu(k):
     plan, fn, args, specs, _, tree = _setup(cell, k)
     out = schedule_program(fn, specs, plan, H200)(*args)
     np.testing.assert_allclose(np.asarray(out), np.asarray(jax.jit(fn)(*args)), rtol=1e-5, atol=1e-5)
+
+
+# -- auto on CUDA, simulated here ----------------------------------------------------------------
+
+# a device so slow at matrix products that every branch is worth a stream of its own
+SLOW = dataclasses.replace(H200, matmul_flops={"float32": 1e9}, gemm_efficiency={0: 0.2})
+
+
+def _pretend_cuda(monkeypatch):
+    monkeypatch.setattr(sched_thunky, "cuda_available", lambda: True)
+    monkeypatch.setattr(sched_thunky, "thunky_available", lambda: True)
+
+
+def test_auto_follows_predictions_without_measuring(monkeypatch):
+    _pretend_cuda(monkeypatch)
+    fn, args, _ = cell(np.random.default_rng(0))
+    specs = specs_of(args)
+    picked = apply("auto", fn, specs, (), SLOW, measure=False, concurrent_xla=False)
+    assert isinstance(picked, Scheduled) and picked.plan.streams > 1
+    # XLA overlapping the same branches in a graph pays no host launches: predicted faster still
+    picked = apply("auto", fn, specs, (), SLOW, measure=False)
+    assert not isinstance(picked, Scheduled)
+    np.testing.assert_allclose(picked(*args), fn(*args), rtol=1e-5)
+    plain = apply("auto", fn, specs, (), H200, measure=False, concurrent_xla=False)
+    assert not isinstance(plain, Scheduled)  # tiny kernels on an H200: XLA's schedule
+    np.testing.assert_allclose(plain(*args), fn(*args), rtol=1e-5)
+
+
+def test_auto_survives_a_candidate_that_fails(monkeypatch, caplog):
+    _pretend_cuda(monkeypatch)  # the thunky candidate cannot run on this CPU: auto must shrug it off
+    fn, args, _ = cell(np.random.default_rng(0))
+    with caplog.at_level(logging.INFO, logger="jaxrw"):
+        f = apply("auto", fn, specs_of(args), (), SLOW)
+    assert not isinstance(f, Scheduled)
+    assert any("thunky schedule of" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)
+    np.testing.assert_allclose(f(*args), fn(*args), rtol=1e-5)
+
+
+def test_concurrent_xla_options_compile():
+    fn, args, _ = cell(np.random.default_rng(0))
+    f = jax.jit(fn, compiler_options=sched_thunky.XLA_CONCURRENT)
+    np.testing.assert_allclose(f(*args), fn(*args), rtol=1e-5)
