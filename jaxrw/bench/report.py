@@ -1,0 +1,216 @@
+"""Show benchmark results: a rich table with a geometric-mean line per suite, and a PNG plot.
+
+Slower cases are shown like faster ones (red rather than green); errors and optimization
+timeouts get a row of their own. Everything here reads the JSON-ready records of `runner`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["summarize_suites", "geomean", "fmt_time", "rules_summary", "stop_summary", "table", "plot"]
+
+SLOWER, FASTER = 0.97, 1.03  # speedups outside this band are colored
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarize_suites(records: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per suite (and dtype): geometric means of jaxrw and hand speedups, counts of slower cases."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys((r["suite"], r["dtype"]) for r in records):
+        rs = [r for r in records if (r["suite"], r["dtype"]) == key]
+        sp = [r["speedup"] for r in rs if r.get("speedup")]
+        out[f"{key[0]}/{key[1]}"] = {
+            "suite": key[0],
+            "dtype": key[1],
+            "cases": len(rs),
+            "timed": len(sp),
+            "geomean_speedup": geomean(sp),
+            "geomean_hand": geomean([r.get("hand_speedup") for r in rs]),
+            "geomean_in_jit": geomean([r.get("speedup_in_jit") for r in rs]),
+            "max_speedup": max(sp, default=None),
+            "min_speedup": min(sp, default=None),
+            "slower": [r["case"] for r in rs if r.get("speedup") and r["speedup"] < SLOWER],
+            "errors": [r["case"] for r in rs if r["status"] == "error"],
+            "skipped": [r["case"] for r in rs if r["status"] == "skipped"],
+            "not_timed": [r["case"] for r in rs if r["status"] == "ok" and not r.get("speedup")],
+            "numerics_failed": [
+                r["case"] for r in rs if r["status"] == "ok" and not r.get("numerics_ok", True)
+            ],
+        }
+    return out
+
+
+def fmt_time(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "—"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def fmt_x(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}x"
+
+
+def rules_summary(report: dict | None, limit: int = 3) -> str:
+    if not report:
+        return ""
+    fired = sorted(report.get("rules_fired", {}).items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{k}×{v}" for k, v in fired[:limit])
+    return text + (f" +{len(fired) - limit}" if len(fired) > limit else "") if fired else "none"
+
+
+def stop_summary(rec: dict) -> str:
+    rep = rec.get("report")
+    if rec.get("opt_timeout"):
+        return "timeout"
+    if rep is None:
+        return "fallback" if rec.get("fallback") else "—"
+    return rep["stop_reason"] + ("" if rep.get("rewritten") else ", kept")
+
+
+def _variant(rec: dict, name: str, key: str) -> Any:
+    return rec.get("variants", {}).get(name, {}).get(key)
+
+
+def _err(rec: dict) -> str:
+    parts = [_variant(rec, n, "rel_err") for n in ("jax.jit", "jaxrw")]
+    text = " / ".join("—" if e is None else f"{e:.1e}" for e in parts)
+    return text if rec.get("numerics_ok", True) else f"[red]{text} ✗[/red]"
+
+
+def _colored(x: float | None) -> str:
+    if x is None:
+        return "—"
+    color = "green" if x >= FASTER else "red" if x <= SLOWER else ""
+    return f"[{color}]{x:.2f}x[/{color}]" if color else f"{x:.2f}x"
+
+
+def table(result: dict) -> Any:
+    """A rich Table of one run's records, with a geometric-mean row after each suite."""
+    from rich.table import Table
+
+    meta = result["meta"]
+    t = Table(
+        title=f"jaxrw bench — {meta['device']} ({meta['platform']}), {meta['size']} sizes, {meta['dtype']}, "
+        f"jax {meta['jax']}",
+        title_justify="left",
+    )
+    for col, kw in (
+        ("case", {"no_wrap": True}),
+        ("jax.jit", {"justify": "right"}),
+        ("jaxrw", {"justify": "right"}),
+        ("speedup", {"justify": "right"}),
+        ("in jit", {"justify": "right"}),
+        ("hand", {"justify": "right"}),
+        ("rel err jit / jaxrw", {"justify": "right"}),
+        ("opt", {"justify": "right"}),
+        ("e-graph", {"justify": "right"}),
+        ("stop", {}),
+        ("rules fired", {"overflow": "fold", "ratio": 1}),
+    ):
+        t.add_column(col, **kw)
+    summary = result.get("summary") or summarize_suites(result["cases"])
+    suites = list(dict.fromkeys(r["suite"] for r in result["cases"]))
+    for suite in suites:
+        rs = [r for r in result["cases"] if r["suite"] == suite]
+        t.add_section()
+        for r in rs:
+            if r["status"] == "skipped":
+                t.add_row(
+                    f"{suite}/{r['case']}", *[""] * 9, f"[yellow]skipped: {'; '.join(r['notes'])}[/yellow]"
+                )
+                continue
+            if r["status"] != "ok":
+                t.add_row(f"{suite}/{r['case']}", *[""] * 9, f"[red]error: {r['error']}[/red]")
+                continue
+            rep = r.get("report") or {}
+            notes = "; ".join(r.get("notes", []))
+            rules = rules_summary(rep) or (f"fallback: {r['fallback']}" if r.get("fallback") else "")
+            t.add_row(
+                f"{suite}/{r['case']}",
+                fmt_time(_variant(r, "jax.jit", "median_s")),
+                fmt_time(_variant(r, "jaxrw", "median_s")),
+                _colored(r.get("speedup")),
+                _colored(r.get("speedup_in_jit")),
+                fmt_x(r.get("hand_speedup")),
+                _err(r),
+                f"{r.get('opt_s') or 0:.2f} s",
+                str(rep.get("egraph_nodes", "—")),
+                stop_summary(r),
+                rules + (f" [dim]({notes})[/dim]" if notes else ""),
+            )
+        for s in summary.values():
+            if s["suite"] == suite:
+                t.add_row(
+                    f"[bold]{suite} geomean[/bold] ({s['timed']}/{s['cases']})",
+                    "",
+                    "",
+                    f"[bold]{_colored(s['geomean_speedup'])}[/bold]",
+                    _colored(s["geomean_in_jit"]),
+                    fmt_x(s["geomean_hand"]),
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    end_section=True,
+                )
+    return t
+
+
+def plot(result: dict, path: str) -> None:
+    """Write a PNG: speedup over jax.jit per case on a log axis, with the 1x line and the
+    hand-optimized speedup as a gray bar behind each case's jaxrw bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rs = result["cases"]
+    meta = result["meta"]
+    labels = [f"{r['suite']}/{r['case']}" for r in rs]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.28 * max(len(rs), 1)))
+    ys = list(range(len(rs)))[::-1]
+    hand = [r.get("hand_speedup") or float("nan") for r in rs]
+    mine = [r.get("speedup") or float("nan") for r in rs]
+    # bars start at 1x so gains extend right and losses left on the log axis
+    ax.barh(
+        ys,
+        [h - 1 if h == h else 0 for h in hand],
+        left=1,
+        height=0.8,
+        color="#c8c8c8",
+        label="hand-optimized",
+    )
+    colors = [
+        "#2a9d4b" if (m == m and m >= FASTER) else "#d1495b" if (m == m and m <= SLOWER) else "#5c7cfa"
+        for m in mine
+    ]
+    ax.barh(ys, [m - 1 if m == m else 0 for m in mine], left=1, height=0.45, color=colors, label="jaxrw")
+    for y, r, m in zip(ys, rs, mine, strict=True):
+        if m != m:
+            why = r["status"] if r["status"] != "ok" else "opt timeout" if r.get("opt_timeout") else "n/a"
+            ax.text(1, y, f"  {why}", va="center", fontsize=7, color="#555")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    finite = [v for v in mine + hand if v == v and v > 0]
+    lo, hi = min([*finite, 1.0]), max([*finite, 1.0])
+    ax.set_xlim(lo / 1.5, hi * 1.5)
+    ax.set_yticks(ys, labels, fontsize=7)
+    ax.set_xlabel("speedup over jax.jit (log scale; >1 is faster)")
+    ax.set_title(
+        f"jaxrw vs jax.jit — {meta['device']}, {meta['size']}, {meta['dtype']}, {meta['date'][:10]}",
+        fontsize=9,
+    )
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)

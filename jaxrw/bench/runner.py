@@ -1,0 +1,320 @@
+"""Run benchmark cases side by side (jax.jit, jaxrw, hand-optimized) and collect JSON-ready results.
+
+Per case: build the instance, optimize with jaxrw (timed, with a deadline), time the variants
+interleaved (`timing.measure`), then check each variant on fresh inputs against a float64
+reference. A failing case is recorded with its error and the run goes on; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import gc
+import importlib.metadata
+import inspect
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..api import optimize, relative_error, tolerance
+from .case import Case, Instance
+from .timing import measure
+
+__all__ = [
+    "Options",
+    "run_case",
+    "run",
+    "environment",
+    "reference",
+    "OptTimeout",
+    "optimize_supports",
+    "skipped",
+]
+
+
+@dataclass
+class Options:
+    size: str = "small"
+    dtype: str = "float32"
+    repeats: int = 5
+    sample_s: float | None = None  # None: 10 ms on CPU, 20 ms on accelerators
+    autotune: bool = False
+    opt_timeout_s: float | None = (
+        None  # optimization deadline per case; None: 30 s small, 300 s large; 0: none
+    )
+    warmup: int = 2
+    include_heavy: bool = False  # run cases marked heavy at the small size too
+    jaxrw: bool = True  # False: jax.jit, hand and the float64 check only (tests of costly cases)
+    in_jit: bool = True  # also time jaxrw called inside an outer jax.jit
+
+    def opt_deadline(self) -> float:
+        if self.opt_timeout_s is not None:
+            return self.opt_timeout_s
+        return 30.0 if self.size == "small" else 300.0
+
+    def sample_seconds(self) -> float:
+        if self.sample_s is not None:
+            return self.sample_s
+        return 0.01 if jax.default_backend() == "cpu" else 0.02
+
+
+class OptTimeout(BaseException):  # noqa: N818 - BaseException so optimize()'s fallback does not swallow it
+    """The optimization of one case ran past its deadline."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise OptTimeout in the main thread after `seconds` (no-op where SIGALRM is unavailable)."""
+    usable = seconds and hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise OptTimeout(f"optimization exceeded {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _x64() -> contextlib.AbstractContextManager:
+    """A context with 64-bit types on. jax >= 0.8 (incl. 0.11, 0.12) has jax.enable_x64(bool);
+    older releases had jax.experimental.enable_x64()."""
+    ctx = getattr(jax, "enable_x64", None)
+    if ctx is not None:
+        return ctx(True)
+    from jax.experimental import enable_x64  # pragma: no cover - jax < 0.8
+
+    return enable_x64()
+
+
+def reference(fn: Callable, args: tuple) -> list[np.ndarray]:
+    """The outputs of `fn` computed in float64 (every floating input upcast), as NumPy arrays.
+    64-bit mode is on only inside this call."""
+    with _x64():
+        up = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64) if _floating(a) else a, args)
+        out = jax.jit(fn)(*up)
+        return [
+            np.asarray(x, dtype=np.float64) if _floating(x) else np.asarray(x) for x in jax.tree.leaves(out)
+        ]
+
+
+def _floating(a: Any) -> bool:
+    return hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating)
+
+
+def max_relative_error(got: Any, want: list[np.ndarray]) -> float:
+    """The largest norm-wise relative error over the output leaves."""
+    leaves = jax.tree.leaves(got)
+    if len(leaves) != len(want):
+        return float("inf")
+    errs = [
+        relative_error(np.asarray(g, dtype=np.float64) if _floating(g) else np.asarray(g), w)
+        for g, w in zip(leaves, want, strict=True)
+    ]
+    return max(errs, default=0.0)
+
+
+def optimize_supports(option: str) -> bool:
+    """Whether this jaxrw's optimize() takes the keyword `option`."""
+    return option in inspect.signature(optimize).parameters
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".strip()[:500]
+
+
+def run_case(case: Case, opts: Options) -> dict[str, Any]:
+    """Run one case at opts.size/opts.dtype; return its JSON-ready record (status 'ok' or 'error')."""
+    rec: dict[str, Any] = {
+        "suite": case.suite,
+        "case": case.name,
+        "doc": case.doc,
+        "size": opts.size,
+        "dtype": opts.dtype,
+        "status": "ok",
+        "error": None,
+        "notes": [],
+        "variants": {},
+        "tolerance": tolerance(opts.dtype),
+    }
+    t_case = time.perf_counter()
+    try:
+        inst = case.instance(opts.size, opts.dtype)
+        rec["shape"], rec["hand_label"] = inst.shape, inst.hand_label if inst.hand else None
+        _run(inst, opts, rec)
+    except OptTimeout as e:  # raised outside optimization: treat as an error of the case
+        rec["status"], rec["error"] = "error", _describe(e)
+    except Exception as e:  # noqa: BLE001 - one broken case must not hide the others
+        rec["status"], rec["error"] = "error", _describe(e)
+        rec["traceback"] = traceback.format_exc(limit=8)
+    rec["case_s"] = time.perf_counter() - t_case
+    gc.collect()
+    jax.clear_caches()
+    return rec
+
+
+def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
+    args, check = inst.args(1), inst.args(2)
+    kwargs = dict(inst.opt_kwargs)
+    for k in list(kwargs):
+        if not optimize_supports(k):
+            rec["notes"].append(f"optimize() has no {k!r} option yet; ran without it")
+            del kwargs[k]
+    if opts.autotune:
+        kwargs["autotune"] = True
+    rw = optimize(inst.fn, **kwargs)
+    report, rec["opt_timeout"], rec["opt_s"], rec["fallback"] = None, False, None, None
+    if opts.jaxrw:
+        report = _optimize(rw, args, opts, rec)
+    else:
+        rec["notes"].append("jaxrw not run (reference check only)")
+    rec["report"] = report.to_dict() if report is not None else None
+
+    variants: dict[str, tuple[Callable, tuple]] = {"jax.jit": (jax.jit(inst.fn), args)}
+    if opts.jaxrw and not rec["opt_timeout"]:
+        variants["jaxrw"] = (rw, args)
+    if "jaxrw" in variants and opts.in_jit:
+        # the same program called from inside an outer jax.jit, as in a jitted training loop: jax's
+        # C++ dispatch instead of optimize()'s Python wrapper (what remains is the rewrite's effect)
+        variants["jaxrw@jit"] = (jax.jit(rw), args)
+    hand = None
+    if inst.hand is not None:
+        hand = jax.jit(inst.hand)
+        variants["hand"] = (hand, inst.hand_prep(args) if inst.hand_prep else args)
+    timings = measure(variants, repeats=opts.repeats, sample_s=opts.sample_seconds(), warmup=opts.warmup)
+    for name, tm in timings.items():
+        rec["variants"][name] = tm.to_dict()
+
+    # numerics on fresh inputs, against float64
+    want = reference(inst.fn, check)
+    checks: dict[str, tuple[Callable, tuple]] = {"jax.jit": (variants["jax.jit"][0], check)}
+    for name in ("jaxrw", "jaxrw@jit"):
+        if name in variants:
+            checks[name] = (variants[name][0], check)
+    if hand is not None:
+        checks["hand"] = (hand, inst.hand_prep(check) if inst.hand_prep else check)
+    for name, (fn, a) in checks.items():
+        rec["variants"][name]["rel_err"] = max_relative_error(fn(*a), want)
+
+    v = rec["variants"]
+    base = v["jax.jit"]["median_s"]
+    rec["speedup"] = base / v["jaxrw"]["median_s"] if "jaxrw" in v else None
+    rec["speedup_in_jit"] = base / v["jaxrw@jit"]["median_s"] if "jaxrw@jit" in v else None
+    rec["hand_speedup"] = base / v["hand"]["median_s"] if "hand" in v else None
+    tol, e_jit = rec["tolerance"], v["jax.jit"]["rel_err"]
+    rec["numerics_ok"] = all(
+        v[n]["rel_err"] <= max(tol, 2 * e_jit) for n in ("jaxrw", "jaxrw@jit", "hand") if n in v
+    )
+
+
+def skipped(case: Case, opts: Options, why: str) -> dict[str, Any]:
+    """The record of a case that was not run, saying why."""
+    return {
+        "suite": case.suite,
+        "case": case.name,
+        "doc": case.doc,
+        "size": opts.size,
+        "dtype": opts.dtype,
+        "status": "skipped",
+        "error": None,
+        "notes": [why],
+        "variants": {},
+        "tolerance": tolerance(opts.dtype),
+    }
+
+
+def _optimize(rw: Any, args: tuple, opts: Options, rec: dict[str, Any]) -> Any:
+    """Trace, rewrite, extract and decode (compilation is timed with the first call), within the
+    deadline; fill opt_s, opt_timeout and fallback; return the RewriteReport or None."""
+    report = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = time.perf_counter()
+        try:
+            with deadline(opts.opt_deadline()):
+                report = rw.report(*args)
+        except OptTimeout as e:
+            rec["opt_timeout"] = True
+            rec["notes"].append(str(e) + "; jaxrw not timed")
+        rec["opt_s"] = time.perf_counter() - t
+    fallback = [str(w.message) for w in caught if "jaxrw" in str(w.message)]
+    rec["fallback"] = fallback[0] if (report is None and fallback) else None
+    return report
+
+
+def environment(opts: Options) -> dict[str, Any]:
+    """Where and with what the numbers were taken."""
+
+    def version(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    dev = jax.devices()[0]
+    return {
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "device": getattr(dev, "device_kind", str(dev)),
+        "platform": jax.default_backend(),
+        "device_count": jax.device_count(),
+        "jax": jax.__version__,
+        "jaxlib": version("jaxlib"),
+        "egglog": version("egglog"),
+        "jaxrw": version("jaxrw"),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "argv": sys.argv,
+        "size": opts.size,
+        "dtype": opts.dtype,
+        "repeats": opts.repeats,
+        "sample_s": opts.sample_seconds(),
+        "autotune": opts.autotune,
+        "opt_timeout_s": opts.opt_deadline(),
+    }
+
+
+def run(cases: list[Case], opts: Options, on_case: Callable[[Case, dict | None], None] | None = None) -> dict:
+    """Run `cases` in order; `on_case(case, None)` before and `on_case(case, record)` after each."""
+    t0 = time.perf_counter()
+    meta = environment(opts)
+    records = []
+    for case in cases:
+        if opts.dtype not in case.dtypes:
+            continue
+        if on_case:
+            on_case(case, None)
+        if case.heavy and opts.size == "small" and not opts.include_heavy:
+            rec = skipped(
+                case,
+                opts,
+                "heavy at the small size: skipped by default to keep `make bench` short; "
+                f"run it with --case {case.name}",
+            )
+        else:
+            rec = run_case(case, opts)
+        records.append(rec)
+        if on_case:
+            on_case(case, rec)
+    meta["total_s"] = time.perf_counter() - t0
+    from .report import summarize_suites
+
+    return {"schema": 1, "meta": meta, "cases": records, "summary": summarize_suites(records)}

@@ -1,0 +1,148 @@
+"""Print a markdown summary of one or more `jaxrw bench --json` results (for bench/README.md).
+
+    python -m jaxrw.bench.summarize bench/results/h200-f32.json bench/results/h200-bf16.json
+
+One table per input file (its environment in a line above it), a geometric-mean row per suite,
+and then the cases where jaxrw was slower than jax.jit, errors and untimed cases, so none hides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .report import SLOWER, fmt_time, fmt_x, rules_summary, stop_summary, summarize_suites
+
+__all__ = ["markdown", "main"]
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def _err(rec: dict, name: str) -> str:
+    e = rec.get("variants", {}).get(name, {}).get("rel_err")
+    return "—" if e is None else f"{e:.1e}"
+
+
+def markdown(result: dict) -> str:
+    """The markdown table for one result."""
+    m = result["meta"]
+    lines = [
+        f"**{m['device']}** ({m['platform']}), jax {m['jax']}, jaxlib {m.get('jaxlib')}, "
+        f"egglog {m.get('egglog')}, "
+        f"{m['size']} sizes, {m['dtype']}, {m['repeats']} samples per variant, {m['date']}",
+        "",
+    ]
+    header = [
+        "suite",
+        "case",
+        "shape",
+        "jax.jit",
+        "jaxrw",
+        "hand",
+        "speedup",
+        "hand×",
+        "rel err jaxrw",
+        "opt s",
+        "equations",
+        "e-graph",
+        "stop",
+        "rules fired",
+    ]
+    lines += [_row(header), _row(["---"] * len(header))]
+    summary = summarize_suites(result["cases"])
+    for suite in dict.fromkeys(r["suite"] for r in result["cases"]):
+        for r in (r for r in result["cases"] if r["suite"] == suite):
+            if r["status"] != "ok":
+                why = (
+                    f"error: {r['error']}" if r["status"] == "error" else f"skipped: {'; '.join(r['notes'])}"
+                )
+                lines.append(_row([suite, r["case"], r.get("shape", ""), *["—"] * 10, why]))
+                continue
+            v, rep = r["variants"], r.get("report") or {}
+            lines.append(
+                _row(
+                    [
+                        suite,
+                        r["case"],
+                        r.get("shape", ""),
+                        fmt_time(v["jax.jit"]["median_s"]),
+                        fmt_time(v.get("jaxrw", {}).get("median_s")),
+                        fmt_time(v.get("hand", {}).get("median_s")),
+                        f"**{fmt_x(r.get('speedup'))}**",
+                        fmt_x(r.get("hand_speedup")),
+                        _err(r, "jaxrw"),
+                        f"{r.get('opt_s') or 0:.2f}",
+                        str(rep.get("n_equations", "—")),
+                        str(rep.get("egraph_nodes", "—")),
+                        stop_summary(r),
+                        rules_summary(rep, limit=4),
+                    ]
+                )
+            )
+        for s in summary.values():
+            if s["suite"] == suite:
+                lines.append(
+                    _row(
+                        [
+                            suite,
+                            f"**geomean** ({s['timed']} of {s['cases']})",
+                            "",
+                            "",
+                            "",
+                            "",
+                            f"**{fmt_x(s['geomean_speedup'])}**",
+                            fmt_x(s["geomean_hand"]),
+                            "",
+                            "",
+                            "",
+                            "",
+                            "",
+                            "",
+                        ]
+                    )
+                )
+    lines.append("")
+    slower = [r for r in result["cases"] if r.get("speedup") and r["speedup"] < SLOWER]
+    lines.append(
+        f"Slower than jax.jit (< {SLOWER}x): "
+        + (", ".join(f"{r['suite']}/{r['case']} {r['speedup']:.2f}x" for r in slower) or "none")
+    )
+    other = [r for r in result["cases"] if not r.get("speedup")]
+    if other:
+        lines.append(
+            "Not timed under jaxrw: "
+            + ", ".join(
+                f"{r['suite']}/{r['case']} ({r.get('error') or '; '.join(r.get('notes', [])) or 'n/a'})"
+                for r in other
+            )
+        )
+    bad = [r for r in result["cases"] if r["status"] == "ok" and not r.get("numerics_ok", True)]
+    if bad:
+        lines.append("Outside the error tolerance: " + ", ".join(f"{r['suite']}/{r['case']}" for r in bad))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.summarize", description=__doc__.splitlines()[0])
+    ap.add_argument("json", nargs="+", help="result files written by `jaxrw bench --json`")
+    args = ap.parse_args(argv)
+    for i, path in enumerate(args.json):
+        try:
+            result = json.loads(Path(path).read_text())
+            if "meta" not in result or "cases" not in result:
+                raise ValueError("missing 'meta' or 'cases'")
+        except (OSError, ValueError) as e:
+            print(f"summarize: error: cannot read {path!r} as a jaxrw bench result: {e}", file=sys.stderr)
+            return 2
+        if i:
+            print()
+        print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""How jaxrw measures: compile and warm up first, then interleaved samples of many calls each.
+
+Each variant (jax.jit, jaxrw, hand-optimized) is called once to compile and a few times to warm
+up; the number of calls per sample is chosen per variant so one sample lasts about `sample_s`;
+then `repeats` rounds each take one sample of every variant in a rotating order (so drift in
+clock speed or temperature hits all variants alike). A sample dispatches its calls and blocks on
+the last result (`block_until_ready`): the time per call is the sample's time divided by its
+calls. The summary is the median; every sample is kept.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+
+__all__ = ["Timing", "measure", "block", "compile_and_warm"]
+
+
+@dataclass
+class Timing:
+    calls: int = 0  # calls per sample
+    samples: list[float] = field(default_factory=list)  # seconds per call, one per sample
+    compile_s: float = 0.0  # first call (trace, compile, run)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.samples else float("nan")
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the samples: a quick noise gauge."""
+        if len(self.samples) < 2:
+            return 0.0
+        return (max(self.samples) - min(self.samples)) / self.median
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median_s": self.median,
+            "min_s": min(self.samples, default=float("nan")),
+            "max_s": max(self.samples, default=float("nan")),
+            "spread": self.spread,
+            "calls_per_sample": self.calls,
+            "compile_s": self.compile_s,
+            "samples_s": list(self.samples),
+        }
+
+
+def block(x: Any) -> Any:
+    """Wait for every array in the pytree `x`."""
+    return jax.block_until_ready(x)
+
+
+def compile_and_warm(fn: Callable, args: tuple, warmup: int = 2) -> tuple[float, float]:
+    """Call once (compiling), then `warmup` more times; return (first-call seconds, last-call seconds)."""
+    t = time.perf_counter()
+    block(fn(*args))
+    first = time.perf_counter() - t
+    last = first
+    for _ in range(warmup):
+        t = time.perf_counter()
+        block(fn(*args))
+        last = time.perf_counter() - t
+    return first, last
+
+
+def _sample(fn: Callable, args: tuple, calls: int) -> float:
+    out = None
+    t = time.perf_counter()
+    for _ in range(calls):
+        out = fn(*args)
+    block(out)
+    return (time.perf_counter() - t) / calls
+
+
+def measure(
+    variants: dict[str, tuple[Callable, tuple]],
+    repeats: int = 5,
+    sample_s: float = 0.02,
+    max_calls: int = 10_000,
+    warmup: int = 2,
+) -> dict[str, Timing]:
+    """Time each `name -> (fn, args)` as described in the module docstring."""
+    out: dict[str, Timing] = {}
+    for name, (fn, args) in variants.items():
+        first, last = compile_and_warm(fn, args, warmup)
+        # calibrate with a short trial sample rather than one (possibly cold) call
+        trial_calls = max(1, min(max_calls, int(0.2 * sample_s / max(last, 1e-7))))
+        per_call = _sample(fn, args, trial_calls)
+        calls = max(1, min(max_calls, round(sample_s / max(per_call, 1e-9))))
+        out[name] = Timing(calls=calls, compile_s=first)
+    names = list(variants)
+    for rep in range(repeats):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            fn, args = variants[name]
+            out[name].samples.append(_sample(fn, args, out[name].calls))
+    return out

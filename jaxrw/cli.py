@@ -1,0 +1,201 @@
+"""The `jaxrw` command line: `jaxrw bench` (side-by-side benchmarks) and `jaxrw calibrate`.
+
+Heavy imports (jax, the suites) happen inside the subcommands so `jaxrw --help` is instant.
+A bad option value exits with status 2 and a message naming the value and the valid set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+SUITE_CHOICES = ("algebra", "merge", "models", "streams", "all")
+SIZE_CHOICES = ("small", "large")
+DTYPE_CHOICES = ("float32", "bfloat16")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}; valid: a positive integer")
+    return v
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}; valid: a number >= 0")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="jaxrw", description="Rewrite JAX programs into faster equivalent forms."
+    )
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    b = sub.add_parser(
+        "bench",
+        help="run benchmark suites under jax.jit, jaxrw and hand-optimized code",
+        description="Time each case under jax.jit, jaxrw and (where one exists) a hand-optimized "
+        "version; check each against a float64 reference; print a table.",
+    )
+    b.add_argument("--suite", choices=SUITE_CHOICES, default="all", help="which suite (default: all)")
+    b.add_argument(
+        "--case",
+        metavar="PATTERN",
+        default=None,
+        help="only cases whose name matches this glob or substring (comma-separated list allowed)",
+    )
+    b.add_argument("--size", choices=SIZE_CHOICES, default="small", help="small (CPU) or large (GPU) inputs")
+    b.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32")
+    b.add_argument(
+        "--json", metavar="PATH", default=None, help="write every sample and the environment as JSON"
+    )
+    b.add_argument("--plot", metavar="PATH", default=None, help="write a PNG of the speedups (log scale)")
+    b.add_argument("--autotune", action="store_true", help="let jaxrw time its top candidates on this device")
+    b.add_argument("--repeats", type=_positive_int, default=5, help="samples per variant (default: 5)")
+    b.add_argument(
+        "--sample-ms",
+        type=_nonneg_float,
+        default=None,
+        help="target length of one sample in ms (default: 10 on CPU, 20 on GPU)",
+    )
+    b.add_argument(
+        "--opt-timeout",
+        type=_nonneg_float,
+        default=None,
+        metavar="SECONDS",
+        help="optimization deadline per case; past it jaxrw is not timed (0: none; default 30 at the "
+        "small size, 300 at the large size)",
+    )
+    b.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    b.set_defaults(func=_bench)
+
+    # listed here for `jaxrw --help`; main() hands everything after `calibrate` to the calibrator
+    sub.add_parser("calibrate", help="measure this device and save a cost-model profile", add_help=False)
+    return ap
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .bench.case import select
+    from .bench.report import plot, table
+    from .bench.runner import Options, run
+    from .errors import InvalidOptionError
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # logs and pipes: do not fold the table to 80 columns
+    try:
+        cases = [c for c in select(args.suite, args.case) if args.dtype in c.dtypes]
+    except InvalidOptionError as e:
+        print(f"jaxrw bench: error: {e}", file=sys.stderr)
+        return 2
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("jaxrw bench: error: --plot needs matplotlib (pip install 'jaxrw[plots]')", file=sys.stderr)
+            return 2
+    opts = Options(
+        size=args.size,
+        dtype=args.dtype,
+        repeats=args.repeats,
+        autotune=args.autotune,
+        sample_s=None if args.sample_ms is None else args.sample_ms / 1e3,
+        opt_timeout_s=args.opt_timeout,
+        include_heavy=bool(args.case),
+    )
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=args.quiet,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("starting", total=len(cases))
+
+        def on_case(case, rec):
+            if rec is None:
+                progress.update(task, description=f"{case.suite}/{case.name}")
+            else:
+                progress.advance(task)
+
+        result = run(cases, opts, on_case)
+    if not args.quiet:
+        console.print(table(result))
+        console.print(
+            f"[dim]{len(result['cases'])} cases in {result['meta']['total_s']:.0f} s. Times: medians of "
+            f"{opts.repeats} interleaved samples. speedup: jax.jit time / jaxrw time; in jit: jaxrw called "
+            "inside an outer jax.jit; hand: hand-optimized. rel err: against float64.[/dim]"
+        )
+        for s in result["summary"].values():
+            if s["slower"] or s["errors"] or s["not_timed"] or s["skipped"]:
+                console.print(
+                    f"{s['suite']}/{s['dtype']}: slower than jax.jit: {', '.join(s['slower']) or 'none'}"
+                    + (f"; errors: {', '.join(s['errors'])}" if s["errors"] else "")
+                    + (f"; not timed: {', '.join(s['not_timed'])}" if s["not_timed"] else "")
+                    + (f"; skipped: {', '.join(s['skipped'])}" if s["skipped"] else "")
+                )
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1, default=_json_default))
+        if not args.quiet:
+            console.print(f"wrote {args.json}")
+    if args.plot:
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        plot(result, args.plot)
+        if not args.quiet:
+            console.print(f"wrote {args.plot}")
+    return 1 if any(r["status"] == "error" for r in result["cases"]) else 0
+
+
+def _json_default(x: object) -> object:
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if hasattr(x, "value"):  # enums
+        return x.value
+    return str(x)
+
+
+def _calibrate(argv: list[str]) -> int:
+    import importlib
+
+    try:
+        calibrate = importlib.import_module("jaxrw.rewrite.calibrate")
+    except ImportError as e:
+        print(
+            f"jaxrw calibrate: error: the calibrator (jaxrw.rewrite.calibrate) is not in this build: {e}",
+            file=sys.stderr,
+        )
+        return 2
+    return int(calibrate.main(argv) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["calibrate"]:
+        return _calibrate(argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

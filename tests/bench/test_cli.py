@@ -1,0 +1,117 @@
+"""`jaxrw bench` end to end on one tiny case, the markdown summary, and clear errors for bad
+options (each names the bad value and the valid set)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from jaxrw import cli
+from jaxrw.bench import summarize
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    js, png = out / "r" / "res.json", out / "res.png"
+    rc = cli.main(
+        [
+            "bench",
+            "--suite",
+            "algebra",
+            "--case",
+            "chain_mv",
+            "--repeats",
+            "2",
+            "--json",
+            str(js),
+            "--plot",
+            str(png),
+            "--sample-ms",
+            "1",
+        ]
+    )
+    return rc, js, png
+
+
+def test_bench_writes_json_and_png(bench_run, capsys):
+    rc, js, png = bench_run
+    assert rc == 0
+    result = json.loads(js.read_text())
+    meta = result["meta"]
+    for key in ("device", "platform", "jax", "jaxlib", "egglog", "date", "dtype", "size", "repeats"):
+        assert meta[key], key
+    assert meta["dtype"] == "float32" and meta["size"] == "small" and meta["repeats"] == 2
+    (rec,) = result["cases"]
+    assert rec["case"] == "chain_mv" and rec["status"] == "ok"
+    for name in ("jax.jit", "jaxrw", "jaxrw@jit", "hand"):
+        v = rec["variants"][name]
+        assert len(v["samples_s"]) == 2 and v["median_s"] > 0 and v["rel_err"] < 1e-4
+    assert rec["report"]["egraph_nodes"] > 0 and rec["report"]["stop_reason"]
+    assert rec["opt_s"] > 0 and rec["speedup"] > 0
+    assert result["summary"]["algebra/float32"]["timed"] == 1
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summarize_prints_markdown(bench_run, capsys):
+    _, js, _ = bench_run
+    assert summarize.main([str(js)]) == 0
+    text = capsys.readouterr().out
+    assert "| algebra | chain_mv |" in text and "**geomean**" in text and "Slower than jax.jit" in text
+
+
+def test_summarize_rejects_other_json(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    assert summarize.main([str(bad)]) == 2
+    assert "x.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "bad", "valid"),
+    [
+        (["--suite", "graphs"], "'graphs'", "'algebra', 'merge', 'models', 'streams', 'all'"),
+        (["--size", "huge"], "'huge'", "'small', 'large'"),
+        (["--dtype", "float16"], "'float16'", "'float32', 'bfloat16'"),
+        (["--repeats", "0"], "'0'", "a positive integer"),
+        (["--opt-timeout", "soon"], "'soon'", "a number >= 0"),
+    ],
+)
+def test_bad_option_names_value_and_valid_set(argv, bad, valid, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert bad in err and valid in err
+
+
+def test_unknown_case_names_pattern_and_cases(capsys):
+    assert cli.main(["bench", "--suite", "merge", "--case", "nothing_like_this"]) == 2
+    err = capsys.readouterr().err
+    assert "'nothing_like_this'" in err and "qkv_const" in err
+
+
+def test_unknown_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["benchmark"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "'benchmark'" in err and "bench" in err and "calibrate" in err
+
+
+def test_calibrate_missing_module_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "jaxrw.rewrite.calibrate", None)  # import fails
+    assert cli.main(["calibrate"]) == 2
+    assert "jaxrw.rewrite.calibrate" in capsys.readouterr().err
+
+
+def test_calibrate_forwards_arguments(monkeypatch):
+    import types
+
+    seen = {}
+    fake = types.SimpleNamespace(main=lambda argv: seen.setdefault("argv", argv) and 0)
+    monkeypatch.setitem(sys.modules, "jaxrw.rewrite.calibrate", fake)
+    assert cli.main(["calibrate", "--quick", "--output", "p.json"]) == 0
+    assert seen["argv"] == ["--quick", "--output", "p.json"]

@@ -1,0 +1,111 @@
+"""The measurement machinery: interleaved timing, the optimization deadline, the float64
+reference and the case registry."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrw.bench import runner, timing
+from jaxrw.bench.case import CASES, Rand, select
+from jaxrw.bench.report import geomean, summarize_suites
+from jaxrw.errors import InvalidOptionError
+
+
+def test_measure_interleaves_and_calibrates():
+    order: list[str] = []
+
+    def make(name: str, delay: float):
+        def fn(x):
+            order.append(name)
+            time.sleep(delay)
+            return x
+
+        return fn
+
+    x = jnp.ones(3)
+    res = timing.measure(
+        {"a": (make("a", 0.002), (x,)), "b": (make("b", 0.0005), (x,))}, repeats=3, sample_s=0.01
+    )
+    assert set(res) == {"a", "b"}
+    assert all(len(t.samples) == 3 for t in res.values())
+    assert res["b"].calls > res["a"].calls  # calls per sample chosen per variant
+    assert res["a"].median > res["b"].median
+    assert res["a"].compile_s > 0 and res["a"].to_dict()["samples_s"] == res["a"].samples
+    # after warm-up and calibration, rounds alternate which variant goes first
+    n = res["a"].calls + res["b"].calls
+    rounds = order[-3 * n :]
+    assert [rounds[0], rounds[n], rounds[2 * n]] == ["a", "b", "a"]
+
+
+def test_deadline_stops_optimization_and_is_reported():
+    def slow_report(*args):
+        time.sleep(5)
+
+    class Slow:
+        report = staticmethod(slow_report)
+
+    rec = {"notes": [], "opt_timeout": False}
+    t = time.perf_counter()
+    out = runner._optimize(Slow(), (), runner.Options(opt_timeout_s=0.2), rec)
+    assert time.perf_counter() - t < 2
+    assert out is None and rec["opt_timeout"] and "exceeded 0.2 s" in rec["notes"][0]
+
+
+def test_run_case_with_short_deadline_keeps_the_case():
+    opts = runner.Options(repeats=1, sample_s=1e-4, warmup=0, opt_timeout_s=1e-3, in_jit=False)
+    rec = runner.run_case(CASES["stacked_matvec_16"], opts)
+    assert rec["status"] == "ok"
+    if rec["opt_timeout"]:  # the alarm fired while optimizing (the usual outcome)
+        assert "jaxrw" not in rec["variants"] and rec["speedup"] is None
+    assert rec["variants"]["jax.jit"]["rel_err"] < 1e-5
+
+
+def test_reference_is_float64_and_leaves_x64_off():
+    x = Rand(0, "bfloat16").normal(8, 8)
+    (ref,) = runner.reference(lambda a: a @ a, (x,))
+    assert ref.dtype == np.float64
+    assert not jax.config.jax_enable_x64
+    assert jnp.asarray(1.0).dtype == jnp.float32
+    want = np.asarray(x, np.float64) @ np.asarray(x, np.float64)
+    np.testing.assert_allclose(ref, want, rtol=1e-12)
+
+
+def test_random_inputs_are_fresh_and_never_zero():
+    a, b = Rand(1, "float32").normal(64), Rand(2, "float32").normal(64)
+    assert not np.array_equal(np.asarray(a), np.asarray(b))
+    assert np.all(np.asarray(a) != 0)
+    assert np.array_equal(np.asarray(Rand(1, "float32").normal(64)), np.asarray(a))  # reproducible
+
+
+def test_select_by_suite_and_pattern():
+    assert {c.suite for c in select("merge")} == {"merge"}
+    assert [c.name for c in select("all", "chain_mv")] == ["chain_mv"]
+    assert {c.name for c in select("algebra", "chain*")} >= {"chain_mv", "chain4", "chain_rect", "chain_left"}
+    with pytest.raises(InvalidOptionError, match=r"'nope'.*valid: \["):
+        select("algebra", "nope")
+    with pytest.raises(InvalidOptionError, match=r"'graphs'.*'algebra'"):
+        select("graphs")
+
+
+def test_summary_geomean_and_slower_cases():
+    recs = [
+        {"suite": "s", "dtype": "float32", "case": "a", "status": "ok", "speedup": 4.0, "hand_speedup": 2.0},
+        {
+            "suite": "s",
+            "dtype": "float32",
+            "case": "b",
+            "status": "ok",
+            "speedup": 0.25,
+            "hand_speedup": None,
+        },
+        {"suite": "s", "dtype": "float32", "case": "c", "status": "error", "speedup": None},
+    ]
+    s = summarize_suites(recs)["s/float32"]
+    assert s["geomean_speedup"] == pytest.approx(1.0) and s["geomean_hand"] == pytest.approx(2.0)
+    assert s["slower"] == ["b"] and s["errors"] == ["c"] and s["timed"] == 2
+    assert geomean([]) is None
