@@ -211,13 +211,13 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         note,
         report.to_dict(),
         dict(report.phase_s),
-        jaxpr_before=str(closed),
+        jaxpr_before=_pretty(closed),
         result=result,
     )
     if result.fn is not None:
         try:
             specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
-            ex.jaxpr_after = str(jax.make_jaxpr(result.fn)(*specs))
+            ex.jaxpr_after = _pretty(jax.make_jaxpr(result.fn)(*specs))
         except Exception as e:  # noqa: BLE001 - the explanation still stands without it
             ex.jaxpr_after = f"(could not trace the optimized program: {type(e).__name__}: {e})"
     try:
@@ -226,6 +226,14 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         log.warning("explain %s: equation mapping failed: %s: %s", name, type(e).__name__, e)
         ex.note = (ex.note + "; " if ex.note else "") + f"equation mapping failed ({type(e).__name__}: {e})"
     return ex
+
+
+def _pretty(closed: Any) -> str:
+    """The jaxpr as text without terminal colors (jax 0.11/0.12 color it when it thinks it may)."""
+    try:
+        return closed.pretty_print(use_color=False)
+    except TypeError:  # pragma: no cover - a jax without the keyword
+        return str(closed)
 
 
 def _model(opt: Any, report: Any, profile: Any) -> Any:

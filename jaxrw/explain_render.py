@@ -28,7 +28,7 @@ DOT_MISSING = (
     "graphviz's `dot` program was not found on PATH: graphs were not rendered "
     "(install it, e.g. `apt-get install graphviz`; `.graph(which).source` has the DOT text)"
 )
-TIME_MODELS = ("roofline", "measured")  # cost models whose unit is seconds
+UNITLESS_MODELS = ("flops",)  # cost models not in seconds (the CostModel contract is seconds)
 
 
 def dot_available() -> bool:
@@ -38,7 +38,7 @@ def dot_available() -> bool:
 def fmt_cost(x: float | None, model: str = "roofline") -> str:
     if x is None:
         return "—"
-    if model not in TIME_MODELS:
+    if model in UNITLESS_MODELS:
         return f"{x:.3g}"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
         if abs(x) >= scale or unit == "ns":
