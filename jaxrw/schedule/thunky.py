@@ -155,9 +155,7 @@ def _kernel(plan: Plan) -> Callable[..., None]:
             if s.offset == 0 and s.shape == st.shape:
                 return b
             flat = b if len(st.shape) == 1 else b.reshape(st.size)
-            if not s.shape:
-                return flat.at[s.offset]
-            view = flat.at[s.offset : s.offset + s.size]
+            view = flat.at[s.offset : s.offset + s.size]  # an integer index would be traced
             return view if len(s.shape) == 1 else view.reshape(*s.shape)
 
         def run(rid: int) -> None:

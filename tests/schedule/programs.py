@@ -50,8 +50,8 @@ def cell(rng):
 
 
 def decoders(rng):
-    """Three independent small decode steps (layernorm, MLP, residual) of different widths."""
-    dims = [16, 24, 32]
+    """Two independent small decode steps (layernorm, MLP, residual) of different widths."""
+    dims = [16, 24]
     args = []
     for d in dims:
         args += [_n(rng, 2, d), _n(rng, d, 2 * d, scale=0.2), _n(rng, 2 * d, d, scale=0.2)]
@@ -117,6 +117,16 @@ def integers(rng):
     return f, (rng.integers(0, 9, (4, 8)).astype(np.int32), _n(rng, 4, 8), _n(rng, 8, 8)), ()
 
 
+def scalars(rng):
+    """0-d values crossing regions: per-branch sums that scale other branches."""
+
+    def f(x, w):
+        s = [(x @ w[i]).sum() for i in range(3)]
+        return [s[0], jnp.tanh(x @ w[0]) * s[1] + s[2], s[1] * s[2]]
+
+    return f, (_n(rng, 4, 8), _n(rng, 3, 8, 8, scale=0.3)), ()
+
+
 PROGRAMS = [
     experts_packed,
     experts_varied,
@@ -127,6 +137,7 @@ PROGRAMS = [
     passthrough,
     donated,
     integers,
+    scalars,
 ]
 
 

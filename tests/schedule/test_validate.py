@@ -20,7 +20,7 @@ from jaxrw.schedule.validate import END, START, Ordering
 
 from .programs import cell, experts_packed, flat
 
-EXAMPLES = int(os.environ.get("JAXRW_HYPOTHESIS_EXAMPLES", "25"))  # raise it for a longer search
+EXAMPLES = int(os.environ.get("JAXRW_HYPOTHESIS_EXAMPLES", "15"))  # raise it for a longer search
 
 
 def _plan(make, k=4, **costs):
