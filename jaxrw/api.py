@@ -237,13 +237,15 @@ class Optimized:
             if self.strict:
                 raise
             warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {e}", stacklevel=3)
-            return _Entry(self._jitted, out_tree, None, fallback=str(e))
+            kept = (closed, None, None) if self._keep else None
+            return _Entry(self._jitted, out_tree, None, fallback=str(e), trace=kept)
         except Exception as e:  # noqa: BLE001 - never break the user's program
             err = RewriteStageError("optimize", e)
             if self.strict:
                 raise err from e
             warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
-            return _Entry(self._jitted, out_tree, None, fallback=str(err))
+            kept = (closed, None, None) if self._keep else None
+            return _Entry(self._jitted, out_tree, None, fallback=str(err), trace=kept)
         report = result.report
         log.debug("jaxrw %s: %r", _name(self.fn), report)
         donate = tuple(i for i, o in enumerate(owners) if o in self.donate_argnums)

@@ -195,10 +195,14 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
     if os.environ.get("JAXRW_DISABLE", "") not in ("", "0"):
         options["JAXRW_DISABLE"] = os.environ["JAXRW_DISABLE"]
     name = _name(opt.fn)
-    if entry.trace is None:  # optimize fell back to jax.jit
+    if entry.trace is None:
         return Explanation(name, [], options, "fallback", entry.fallback or "", None, {})
     closed, result, profile = entry.trace
     signature = [a.str_short() for a in closed.in_avals]
+    if result is None:  # optimize fell back to jax.jit
+        return Explanation(
+            name, signature, options, "fallback", entry.fallback or "", None, {}, jaxpr_before=_pretty(closed)
+        )
     status = "rewritten" if report.rewritten else "kept"
     note = report.guard_note
     if report.autotune:

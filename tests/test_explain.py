@@ -136,6 +136,7 @@ def test_fallback_is_reported():
         ex = jaxrw.explain(effectful, jnp.ones(3))
     assert ex.status == "fallback" and "effect" in ex.note
     assert ex.report is None and "fallback" in repr(ex)
+    assert ex.signature == ["float32[3]"] and "mul" in ex.jaxpr_before
     assert jaxrw.Explanation.from_json(ex.to_json()) == ex
 
 
