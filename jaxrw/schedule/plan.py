@@ -86,7 +86,8 @@ class Region:
 @dataclass(frozen=True)
 class Step:
     """One statement of the main stream: `run` a region, `start` regions on a side stream (an event),
-    or wait until an event is `done`."""
+    or wait until an event is `done`. Stream 0 is the main stream; side stream s >= 1 is thunky's
+    computation stream s - 1 (thunky numbers the extra streams from 0)."""
 
     kind: str
     regions: tuple[int, ...] = ()
@@ -181,22 +182,50 @@ class Plan:
             f"XLA overlapped {self.overlap_s * us:.1f} µs; peak {_mib(self.peak_bytes)} "
             f"(scratch {_mib(self.scratch_bytes)})"
         ]
-        lines.append("  region stage stream  ops kernels      time  reads -> writes")
-        for r in self.regions:
-            lines.append(
-                f"  r{r.id:<5} {r.stage:>5} {r.stream:>6} {len(r.ops):>4} {r.kernels:>7} "
-                f"{r.time_s * us:>7.1f}µs  {_vals(r.reads)} -> {_vals(r.writes)}"
+        regions = [("region", "stage", "stream", "ops", "kernels", "time µs", "reads -> writes")]
+        regions += [
+            (
+                f"r{r.id}",
+                str(r.stage),
+                str(r.stream),
+                str(len(r.ops)),
+                str(r.kernels),
+                f"{r.time_s * us:.1f}",
+                f"{_vals(r.reads)} -> {_vals(r.writes)}",
             )
+            for r in self.regions
+        ]
+        lines += _table(regions)
         lines.append("  steps: " + "; ".join(_step_text(s) for s in self.steps))
-        lines.append("  buffer    kind     storage            offset  shape              writers  readers")
-        for b in self.buffers.values():
-            lines.append(
-                f"  v{b.value:<7} {b.kind:<8} {b.slot.storage:<18} {b.slot.offset:>6}  "
-                f"{b.slot.dtype}{list(b.slot.shape)!s:<14} {_regs(b.writers):<8} {_regs(b.readers)}"
+        storages = [("storage", "kind", "dtype", "shape", "MiB")]
+        storages += [
+            (st.name, st.kind, st.dtype, str(list(st.shape)), f"{st.nbytes / 2**20:.2f}")
+            for st in self.storages.values()
+        ]
+        lines += _table(storages)
+        buffers = [("buffer", "kind", "storage", "offset", "shape", "writers", "readers")]
+        buffers += [
+            (
+                f"v{b.value}",
+                b.kind,
+                b.slot.storage,
+                str(b.slot.offset),
+                str(list(b.slot.shape)),
+                _regs(b.writers),
+                _regs(b.readers),
             )
+            for b in self.buffers.values()
+        ]
+        lines += _table(buffers)
         for n in self.notes:
             lines.append(f"  note: {n}")
         return "\n".join(lines)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as aligned columns (the first row is the header), indented by two spaces."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
 def _mib(n: int) -> str:

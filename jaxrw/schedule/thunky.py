@@ -181,7 +181,7 @@ def _kernel(plan: Plan) -> Callable[..., None]:
                     for rid in rids:
                         run(rid)
 
-                tokens[step.event] = thunky.async_start(task, stream_id=step.stream)
+                tokens[step.event] = thunky.async_start(task, stream_id=step.stream - 1)
             else:
                 thunky.async_done(tokens.pop(step.event))
 

@@ -133,6 +133,10 @@ def test_every_emitted_program_traces(make, k):
     assert text.count("thunky.call_jax") == len(plan.regions)
     assert text.count("thunky.async_start") == sum(s.kind == "start" for s in plan.steps)
     assert text.count("thunky.async_done") == sum(s.kind == "done" for s in plan.steps)
+    mlir = lower_to_dialect(plan, specs, compile_regions=False)
+    assert mlir.count("thunky.async_start") == sum(s.kind == "start" for s in plan.steps)
+    streams = {s.stream - 1 for s in plan.steps if s.kind == "start"}
+    assert all(f"stream = {i}" in mlir for i in streams)
     outs = jax.eval_shape(emit(plan, donate, tree), *specs)
     want = jax.eval_shape(flat(fn), *specs)
     assert jax.tree_util.tree_structure(outs) == jax.tree_util.tree_structure(want)
