@@ -43,7 +43,7 @@ def test_plan_repr_and_dict(make):
     plan, _, _ = _plan(make, 2)
     text = repr(plan)
     assert text.startswith("Plan: ") and "predicted XLA" in text and "peak" in text
-    assert "region stage stream" in text and "steps:" in text
+    assert "region  stage  stream" in text and "steps:" in text and "storage  kind" in text
     d = json.loads(json.dumps(plan.to_dict()))
     assert d["streams"] == plan.streams and len(d["regions"]) == len(plan.regions)
 
