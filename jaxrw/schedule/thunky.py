@@ -5,6 +5,9 @@ hold an output in place), one `thunky.jit` body that runs the plan's steps (`cal
 views of the buffers; `async_start`/`async_done` for side streams), and the outputs read back.
 `choose` is the policy: "xla" never uses thunky; "streams" always does and raises where it cannot;
 "auto" uses it only on CUDA with thunky present and a predicted gain, confirmed by a measurement.
+`select` (behind `apply(mode="auto")`) also weighs XLA's own concurrency: the same jit compiled with
+concurrent command-buffer regions, a CUDA graph whose independent small kernels may overlap; it is
+tried where the plan predicts the branches overlap, and kept only when measured faster.
 """
 
 from __future__ import annotations
