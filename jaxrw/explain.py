@@ -187,6 +187,7 @@ def explain(
 
 def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
     from .api import _name
+    from .rewrite.cost import get_cost_model
 
     options = {
         k: _plain(getattr(opt, k)) for k in ("rules", "cost_model", "extractor", "numerics", "autotune")
@@ -225,7 +226,7 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         except Exception as e:  # noqa: BLE001 - the explanation still stands without it
             ex.jaxpr_after = f"(could not trace the optimized program: {type(e).__name__}: {e})"
     try:
-        _analyze(ex, closed, result, _model(opt, report, profile), report, sites)
+        _analyze(ex, closed, result, get_cost_model(opt.cost_model, profile), report, sites)
     except Exception as e:  # noqa: BLE001 - a partial explanation beats none
         log.warning("explain %s: equation mapping failed: %s: %s", name, type(e).__name__, e)
         ex.note = (ex.note + "; " if ex.note else "") + f"equation mapping failed ({type(e).__name__}: {e})"
@@ -238,12 +239,6 @@ def _pretty(closed: Any) -> str:
         return closed.pretty_print(use_color=False)
     except TypeError:  # pragma: no cover - a jax without the keyword
         return str(closed)
-
-
-def _model(opt: Any, report: Any, profile: Any) -> Any:
-    from .rewrite.cost import get_cost_model
-
-    return get_cost_model(opt.cost_model, profile)
 
 
 def _jsonable(v: Any) -> Any:
