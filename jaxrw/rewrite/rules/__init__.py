@@ -80,7 +80,7 @@ def select_rules(spec: str | Sequence[str] | None, numerics: str = "default") ->
 
 
 def _load_families() -> None:
-    from . import dot, merge  # noqa: F401  (register on import)
+    from . import batch, dot, elementwise, merge, reduce, structured  # noqa: F401  (register on import)
 
 
 def rules_of(items: Iterable[Rule]) -> list[Any]:

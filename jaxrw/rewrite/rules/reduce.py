@@ -1,0 +1,252 @@
+"""Reductions and slices through products: compute only the part of a product that is used.
+
+Sums of a product's rows or columns become products with summed operands (1ᵀ(AB) = (1ᵀA)B),
+traces and diagonals of products become elementwise products (trace(AB) = Σ A∘Bᵀ), a row,
+column, element or batch slice of a product becomes a product of slices, and weighted sums that
+are really matrix-vector products become dots (so associativity can then move them inward:
+Σ_i w_i (AB)_i = (wᵀA)B). Sums created here in bf16/f16 accumulate in float32 (decode.py).
+"""
+
+from __future__ import annotations
+
+from egglog import Vec, eq, i64, rewrite, rule, union
+
+from ..terms import DEFAULT_CFG, Tensor, is_eye, is_eye_mask, shape
+from ..terms import fill as fill_
+from . import Rule, register_rule
+from ._util import RING, V, rand, rank, same_dtype, sizes
+
+A, B, C, M, X, Z, E = V.A, V.B, V.C, V.M, V.X, V.Z, V.E
+x = V.x
+nb, l, r, c, ax, s0, s1, k = V.nb, V.l, V.r, V.c, V.ax, V.s0, V.s1, V.k
+dot, sum_ = Tensor.dot, Tensor.sum
+T2 = Vec[i64](i64(1), i64(0))
+F32 = "float32"
+
+
+def _reg(name, identity, exact, build, conditions, example):
+    register_rule(Rule(f"reduce.{name}", "reduce", identity, exact, build, conditions, example, RING))
+
+
+def _axes(*a):
+    return Vec[i64](*[i64(v) for v in a])
+
+
+# --- sums of products ------------------------------------------------------------------------------
+
+
+def _sum_of(inner, axes):
+    """Σ inner as programs write it: directly, or over inner upcast to float32 (jnp's sum of a
+    bf16/f16 array). Yields (pattern, up): `up` applies the same upcast to a replacement."""
+    yield sum_(inner, axes), lambda t: t
+    yield sum_(Tensor.convert_element_type(inner, F32), axes), lambda t: Tensor.convert_element_type(t, F32)
+
+
+def _sum_dot():
+    # Σ_rows (A·B) -> (Σ_rows A)·B   [A 2-D; output axis 0 is A's free axis]
+    # Σ_cols (A·B) -> A·(Σ_cols B)   [B 2-D; output's last axis is B's free axis]
+    prod = dot(A, B, 0, l, r, c)
+    out = []
+    for lhs, up in _sum_of(prod, _axes(0)):
+        rhs = up(dot(sum_(A, Vec[i64](1 - l)), B, 0, 0, r, c))
+        out.append(rewrite(lhs).to(rhs, rank(A, 2), *same_dtype(A, B, prod)))
+    for lhs, up in _sum_of(prod, V.dims):
+        one_axis = (eq(V.dims.length()).to(i64(1)), eq(ax).to(V.dims[0]))
+        conds = (*one_axis, rank(B, 2), eq(ax).to(shape(A).length() - 1), *same_dtype(A, B, prod))
+        out.append(
+            rule(eq(x).to(lhs), *conds).then(union(x).with_(up(dot(A, sum_(B, Vec[i64](1 - r)), 0, l, 0, c))))
+        )
+    return out
+
+
+def _split_sum():
+    # Σ_{a,b} X -> Σ_a Σ_b X   (a < b)
+    axes = V.dims
+    conds = (eq(axes.length()).to(i64(2)), eq(s0).to(axes[0]), eq(s1).to(axes[1]))
+    return [
+        rule(eq(x).to(sum_(X, axes)), *conds).then(union(x).with_(sum_(sum_(X, Vec[i64](s1)), Vec[i64](s0))))
+    ]
+
+
+def _sum_dot_example(rng, dt):
+    m_, k_, n_ = sizes(rng, 3)
+    return (lambda a, b: ((a @ b).sum(0), (a @ b).sum(1), (b.T @ a.T).sum(0))), (
+        rand(rng, (m_, k_), dt),
+        rand(rng, (k_, n_), dt),
+    )
+
+
+def _split_sum_example(rng, dt):
+    m_, n_ = sizes(rng, 2)
+    return (lambda a: a.sum() * 2), (rand(rng, (m_, n_), dt),)
+
+
+_reg(
+    "sum_dot",
+    "Σ_rows(AB) -> (Σ_rows A)B, Σ_cols(AB) -> A(Σ_cols B)",
+    False,
+    _sum_dot,
+    "the summed operand 2-D, no batch axes; one dtype",
+    _sum_dot_example,
+)
+_reg("split_sum", "Σ_{a,b} X -> Σ_a Σ_b X", False, _split_sum, "two axes, a < b", _split_sum_example)
+
+
+# --- traces and diagonals ---------------------------------------------------------------------------
+
+
+def _masked(t):
+    """Patterns of `t` kept on the diagonal only: where(I, t, 0), t∘I, I∘t (with side conditions)."""
+    yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0))
+    yield Tensor.mul(t, E), (is_eye(E),)
+    yield Tensor.mul(E, t), (is_eye(E),)
+
+
+def _diag_dot():
+    # diag(A·B) -> Σ_k Ã∘B̃ ;  trace(A·B) -> Σ Ã∘B̃   with Ã = A or Aᵀ, B̃ = B or Bᵀ as [i, k]
+    out = []
+    for lc in (0, 1):
+        for rc in (0, 1):
+            prod = dot(A, B, 0, lc, rc, c)
+            a_ = A if lc == 1 else Tensor.transpose(A, T2)
+            b_ = B if rc == 1 else Tensor.transpose(B, T2)
+            hadamard = Tensor.mul(a_, b_)
+            conds = (rank(A, 2), rank(B, 2), *same_dtype(A, B, prod))
+            for masked, extra in _masked(prod):
+                for axes, new_axes in (
+                    (_axes(0, 1), _axes(0, 1)),
+                    (_axes(0), _axes(1)),
+                    (_axes(1), _axes(1)),
+                ):
+                    for lhs, up in _sum_of(masked, axes):
+                        out.append(rewrite(lhs).to(sum_(up(hadamard), new_axes), *conds, *extra))
+    return out
+
+
+def _trace_example(rng, dt):
+    import jax.numpy as jnp
+
+    n_, k_ = sizes(rng, 2)
+    a, b = rand(rng, (n_, k_), dt), rand(rng, (k_, n_), dt)
+
+    def f(a_, b_):
+        eye = jnp.eye(n_, dtype=a_.dtype)
+        return jnp.trace(a_ @ b_), ((b_.T @ a_.T) * eye).sum(1), (eye * (a_ @ b_)).sum(0)
+
+    return f, (a, b)
+
+
+_reg(
+    "diag_dot",
+    "trace(AB) -> Σ A∘Bᵀ, diag(AB) -> Σ_k A∘Bᵀ",
+    False,
+    _diag_dot,
+    "2-D operands; the diagonal selected by an identity mask built in the program; one dtype",
+    _trace_example,
+)
+
+
+# --- slices of products -------------------------------------------------------------------------
+
+
+def _slice_dot():
+    # (A·B)[.., a:b, ..] -> A[a:b]·B, A·B[a:b] or A[a:b]·B[a:b] (batch), by the axis's origin
+    out = []
+    prod = dot(A, B, nb, l, r, c)
+    cut = Tensor.slice(prod, ax, s0, s1)
+    ra = (eq(k).to(shape(A).length()),)
+    dt = same_dtype(A, B, prod)
+    sl = Tensor.slice
+    # batch axis
+    out.append(rewrite(cut).to(dot(sl(A, ax, s0, s1), sl(B, ax, s0, s1), nb, l, r, c), ax < nb, *dt))
+    # A's free axes: output axis ax is A's axis ax (before l) or ax + 1 (after)
+    out.append(
+        rule(eq(x).to(cut), *ra, ax >= nb, ax < l, *dt).then(
+            union(x).with_(dot(sl(A, ax, s0, s1), B, nb, l, r, c))
+        )
+    )
+    out.append(
+        rule(eq(x).to(cut), *ra, ax >= l, ax < k - 1, *dt).then(
+            union(x).with_(dot(sl(A, ax + 1, s0, s1), B, nb, l, r, c))
+        )
+    )
+    # B's free axes: index nb + (ax - (rank(A) - 1)) among B's non-contracted axes
+    j = nb + ax - (k - 1)
+    out.append(
+        rule(eq(x).to(cut), *ra, ax >= k - 1, eq(V.j).to(j), V.j < r, *dt).then(
+            union(x).with_(dot(A, sl(B, V.j, s0, s1), nb, l, r, c))
+        )
+    )
+    out.append(
+        rule(eq(x).to(cut), *ra, ax >= k - 1, eq(V.j).to(j), V.j >= r, *dt).then(
+            union(x).with_(dot(A, sl(B, V.j + 1, s0, s1), nb, l, r, c))
+        )
+    )
+    return out
+
+
+def _slice_dot_example(rng, dt):
+    m_, k_, n_ = sizes(rng, 3, 5, 33)
+    b_ = 3
+
+    def f(a, b, a3, b3):
+        p = a @ b
+        return p[1], p[:, 2], p[1, 3], (b.T @ a.T)[2:4], (a3 @ b3)[1:3]
+
+    return f, (
+        rand(rng, (m_, k_), dt),
+        rand(rng, (k_, n_), dt),
+        rand(rng, (b_ + 1, m_, k_), dt),
+        rand(rng, (b_ + 1, k_, n_), dt),
+    )
+
+
+_reg(
+    "slice_dot",
+    "(AB)[i] -> A[i]B, (AB)[:, j] -> AB[:, j], batch slices -> slices of both",
+    True,
+    _slice_dot,
+    "unit-stride slice along one axis; one dtype",
+    _slice_dot_example,
+)
+
+
+# --- weighted sums ------------------------------------------------------------------------------
+
+
+def _weighted_sum():
+    # Σ_i w_i X[i, :] -> wᵀX;  Σ_j X[:, j] w_j -> Xw;  Σ_i x_i y_i -> x·y   (w broadcast from 1-D)
+    out = []
+    w = V.Y
+    for axis, dims in ((0, _axes(0)), (1, _axes(1))):
+        bw = Tensor.broadcast_in_dim(w, V.so, dims)
+        rhs = dot(w, X, 0, 0, 0, DEFAULT_CFG) if axis == 0 else dot(X, w, 0, 1, 0, DEFAULT_CFG)
+        conds = (rank(X, 2), rank(w, 1), eq(shape(X)[axis]).to(shape(w)[0]), *same_dtype(X, w))
+        for prod in (Tensor.mul(X, bw), Tensor.mul(bw, X)):
+            for lhs, up in _sum_of(prod, _axes(axis)):
+                out.append(rewrite(lhs).to(up(rhs), *conds))
+    conds = (rank(X, 1), rank(w, 1), eq(shape(X)).to(shape(w)), *same_dtype(X, w))
+    for lhs, up in _sum_of(Tensor.mul(X, w), _axes(0)):
+        out.append(rewrite(lhs).to(up(dot(X, w, 0, 0, 0, DEFAULT_CFG)), *conds))
+    return out
+
+
+def _weighted_sum_example(rng, dt):
+    m_, n_ = sizes(rng, 2)
+    return (lambda a, u, v: ((a * u[:, None]).sum(0), (v[None, :] * a).sum(1), (u * u).sum())), (
+        rand(rng, (m_, n_), dt),
+        rand(rng, (m_,), dt),
+        rand(rng, (n_,), dt),
+    )
+
+
+_reg(
+    "weighted_sum",
+    "Σ_i w_i X[i] -> wᵀX, Σ_j X[:, j] w_j -> Xw, Σ x∘y -> x·y",
+    False,
+    _weighted_sum,
+    "X 2-D (or 1-D), w 1-D broadcast along the summed axis; one dtype",
+    _weighted_sum_example,
+)
+
+__all__: list[str] = []
