@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="optimization deadline per case; past it jaxrw is not timed (0: none; default 30 at the "
         "small size, 300 at the large size)",
     )
+    b.add_argument(
+        "--budget",
+        type=_nonneg_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="start no new case after this many seconds; the rest are listed as skipped (0: no budget)",
+    )
     b.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     b.set_defaults(func=_bench)
 
@@ -119,6 +126,7 @@ def _bench(args: argparse.Namespace) -> int:
         sample_s=None if args.sample_ms is None else args.sample_ms / 1e3,
         opt_timeout_s=args.opt_timeout,
         include_heavy=bool(args.case),
+        budget_s=args.budget,
     )
     progress = Progress(
         TextColumn("{task.description}"),

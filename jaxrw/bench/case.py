@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
 
 SUITES = ("algebra", "merge", "models", "streams")
 SIZES = ("small", "large")
+DEVICE_RNG_MIN = 1 << 20  # arrays with at least this many elements are drawn on the device
 DTYPES = ("float32", "bfloat16")
 
 
@@ -112,9 +114,10 @@ def select(suite: str = "all", pattern: str | None = None) -> list[Case]:
 class Rand:
     """Random arrays for one seed: normal values scaled to keep activations O(1), never zeros.
 
-    Drawn with NumPy (no per-shape compilation). Inside `abstract_inputs()` they are drawn with
-    jax.random instead, which traces: a whole large case can then be built and run under
-    `jax.eval_shape` without allocating it (the tests check every large configuration so)."""
+    Small arrays are drawn with NumPy (no per-shape compilation), large ones (GPU sizes) with
+    jax.random on the device (no host generation and transfer of gigabytes). Inside
+    `abstract_inputs()` everything is drawn with jax.random, which traces: a whole large case can
+    then be built and run under `jax.eval_shape` without allocating it (the tests do so)."""
 
     abstract = False
 
@@ -133,7 +136,7 @@ class Rand:
         import jax
         import jax.numpy as jnp
 
-        if Rand.abstract:
+        if Rand.abstract or math.prod(shape) >= DEVICE_RNG_MIN:
             return (jax.random.normal(self._key(), shape, jnp.float32) * scale).astype(dtype or self.dtype)
         x = self.rng.standard_normal(shape, dtype=np.float32)
         if scale != 1.0:

@@ -58,6 +58,7 @@ class Options:
     include_heavy: bool = False  # run cases marked heavy at the small size too
     jaxrw: bool = True  # False: jax.jit, hand and the float64 check only (tests of costly cases)
     in_jit: bool = True  # also time jaxrw called inside an outer jax.jit
+    budget_s: float = 0.0  # start no new case after this many seconds (0: no budget)
 
     def opt_deadline(self) -> float:
         if self.opt_timeout_s is not None:
@@ -162,12 +163,16 @@ def run_case(case: Case, opts: Options) -> dict[str, Any]:
         _run(inst, opts, rec)
     except OptTimeout as e:  # raised outside optimization: treat as an error of the case
         rec["status"], rec["error"] = "error", _describe(e)
-    except Exception as e:  # noqa: BLE001 - one broken case must not hide the others
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - one broken case must not hide the others; egglog's
+        # Rust panics arrive as pyo3 PanicException, a BaseException
         rec["status"], rec["error"] = "error", _describe(e)
         rec["traceback"] = traceback.format_exc(limit=8)
     rec["case_s"] = time.perf_counter() - t_case
     gc.collect()
-    jax.clear_caches()
+    if opts.size == "large":  # free executables (and constants baked into them) between big cases
+        jax.clear_caches()
     return rec
 
 
@@ -289,7 +294,31 @@ def environment(opts: Options) -> dict[str, Any]:
         "sample_s": opts.sample_seconds(),
         "autotune": opts.autotune,
         "opt_timeout_s": opts.opt_deadline(),
+        "budget_s": opts.budget_s,
+        "commit": _git_commit(),
     }
+
+
+def _git_commit() -> str | None:
+    """The checkout's commit (and '+dirty' with local changes), when run from a git checkout."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        head = subprocess.run(
+            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def run(cases: list[Case], opts: Options, on_case: Callable[[Case, dict | None], None] | None = None) -> dict:
@@ -302,7 +331,12 @@ def run(cases: list[Case], opts: Options, on_case: Callable[[Case, dict | None],
             continue
         if on_case:
             on_case(case, None)
-        if case.heavy and opts.size == "small" and not opts.include_heavy:
+        spent = time.perf_counter() - t0
+        if opts.budget_s and spent > opts.budget_s:
+            rec = skipped(
+                case, opts, f"time budget of {opts.budget_s:g} s spent; run it with --case {case.name}"
+            )
+        elif case.heavy and opts.size == "small" and not opts.include_heavy:
             rec = skipped(
                 case,
                 opts,

@@ -27,100 +27,68 @@ def _err(rec: dict, name: str) -> str:
     return "—" if e is None else f"{e:.1e}"
 
 
+HEADER = ["suite", "case", "shape", "jax.jit", "jaxrw", "speedup", "in jit", "hand", "hand×", "rel err jaxrw",
+          "opt s", "equations", "e-graph", "stop", "rules fired"]  # fmt: skip
+
+
+def _case_row(suite: str, r: dict) -> list[str]:
+    if r["status"] != "ok":
+        why = f"error: {r['error']}" if r["status"] == "error" else f"skipped: {'; '.join(r['notes'])}"
+        return [suite, r["case"], r.get("shape", ""), *["—"] * (len(HEADER) - 4), why]
+    v, rep = r["variants"], r.get("report") or {}
+    notes = "; ".join(r.get("notes", []))
+    return [
+        suite, r["case"], r.get("shape", ""), fmt_time(v["jax.jit"]["median_s"]),
+        fmt_time(v.get("jaxrw", {}).get("median_s")), f"**{fmt_x(r.get('speedup'))}**",
+        fmt_x(r.get("speedup_in_jit")), fmt_time(v.get("hand", {}).get("median_s")),
+        fmt_x(r.get("hand_speedup")),
+        _err(r, "jaxrw"), f"{r.get('opt_s') or 0:.2f}", str(rep.get("n_equations", "—")),
+        str(rep.get("egraph_nodes", "—")), stop_summary(r),
+        rules_summary(rep, limit=4) + (f" ({notes})" if notes else ""),
+    ]  # fmt: skip
+
+
 def markdown(result: dict) -> str:
     """The markdown table for one result."""
     m = result["meta"]
     lines = [
         f"**{m['device']}** ({m['platform']}), jax {m['jax']}, jaxlib {m.get('jaxlib')}, "
         f"egglog {m.get('egglog')}, "
-        f"{m['size']} sizes, {m['dtype']}, {m['repeats']} samples per variant, {m['date']}",
+        f"{m['size']} sizes, {m['dtype']}, {m['repeats']} samples per variant, {m['date']}, "
+        f"commit {m.get('commit') or '?'}",
         "",
+        _row(HEADER),
+        _row(["---"] * len(HEADER)),
     ]
-    header = [
-        "suite",
-        "case",
-        "shape",
-        "jax.jit",
-        "jaxrw",
-        "hand",
-        "speedup",
-        "hand×",
-        "rel err jaxrw",
-        "opt s",
-        "equations",
-        "e-graph",
-        "stop",
-        "rules fired",
-    ]
-    lines += [_row(header), _row(["---"] * len(header))]
     summary = summarize_suites(result["cases"])
     for suite in dict.fromkeys(r["suite"] for r in result["cases"]):
-        for r in (r for r in result["cases"] if r["suite"] == suite):
-            if r["status"] != "ok":
-                why = (
-                    f"error: {r['error']}" if r["status"] == "error" else f"skipped: {'; '.join(r['notes'])}"
-                )
-                lines.append(_row([suite, r["case"], r.get("shape", ""), *["—"] * 10, why]))
-                continue
-            v, rep = r["variants"], r.get("report") or {}
-            lines.append(
-                _row(
-                    [
-                        suite,
-                        r["case"],
-                        r.get("shape", ""),
-                        fmt_time(v["jax.jit"]["median_s"]),
-                        fmt_time(v.get("jaxrw", {}).get("median_s")),
-                        fmt_time(v.get("hand", {}).get("median_s")),
-                        f"**{fmt_x(r.get('speedup'))}**",
-                        fmt_x(r.get("hand_speedup")),
-                        _err(r, "jaxrw"),
-                        f"{r.get('opt_s') or 0:.2f}",
-                        str(rep.get("n_equations", "—")),
-                        str(rep.get("egraph_nodes", "—")),
-                        stop_summary(r),
-                        rules_summary(rep, limit=4),
-                    ]
-                )
-            )
+        lines += [_row(_case_row(suite, r)) for r in result["cases"] if r["suite"] == suite]
         for s in summary.values():
             if s["suite"] == suite:
-                lines.append(
-                    _row(
-                        [
-                            suite,
-                            f"**geomean** ({s['timed']} of {s['cases']})",
-                            "",
-                            "",
-                            "",
-                            "",
-                            f"**{fmt_x(s['geomean_speedup'])}**",
-                            fmt_x(s["geomean_hand"]),
-                            "",
-                            "",
-                            "",
-                            "",
-                            "",
-                            "",
-                        ]
-                    )
-                )
+                geo = [
+                    f"**{fmt_x(s['geomean_speedup'])}**",
+                    fmt_x(s["geomean_in_jit"]),
+                    "",
+                    fmt_x(s["geomean_hand"]),
+                ]
+                lines.append(_row([suite, f"**geomean** ({s['timed']} of {s['cases']})", "", "", "", *geo]
+                                  + [""] * (len(HEADER) - 9)))  # fmt: skip
     lines.append("")
-    slower = [r for r in result["cases"] if r.get("speedup") and r["speedup"] < SLOWER]
+    cases = result["cases"]
+    slower = [r for r in cases if r.get("speedup") and r["speedup"] < SLOWER]
     lines.append(
         f"Slower than jax.jit (< {SLOWER}x): "
         + (", ".join(f"{r['suite']}/{r['case']} {r['speedup']:.2f}x" for r in slower) or "none")
     )
-    other = [r for r in result["cases"] if not r.get("speedup")]
-    if other:
-        lines.append(
-            "Not timed under jaxrw: "
-            + ", ".join(
-                f"{r['suite']}/{r['case']} ({r.get('error') or '; '.join(r.get('notes', [])) or 'n/a'})"
-                for r in other
-            )
-        )
-    bad = [r for r in result["cases"] if r["status"] == "ok" and not r.get("numerics_ok", True)]
+    untimed = [r for r in cases if r["status"] == "ok" and not r.get("speedup")]
+    if untimed:
+        why = [f"{r['suite']}/{r['case']} ({'; '.join(r.get('notes', [])) or 'n/a'})" for r in untimed]
+        lines.append("Not timed under jaxrw: " + ", ".join(why))
+    for status in ("error", "skipped"):
+        rs = [r for r in cases if r["status"] == status]
+        if rs:
+            lines.append(f"{status.capitalize()}: " + ", ".join(f"{r['suite']}/{r['case']}" for r in rs))
+    bad = [r for r in cases if r["status"] == "ok" and not r.get("numerics_ok", True)]
     if bad:
         lines.append("Outside the error tolerance: " + ", ".join(f"{r['suite']}/{r['case']}" for r in bad))
     return "\n".join(lines)

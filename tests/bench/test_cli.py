@@ -49,7 +49,10 @@ def test_bench_writes_json_and_png(bench_run, capsys):
     for name in ("jax.jit", "jaxrw", "jaxrw@jit", "hand"):
         v = rec["variants"][name]
         assert len(v["samples_s"]) == 2 and v["median_s"] > 0 and v["rel_err"] < 1e-4
-    assert rec["report"]["egraph_nodes"] > 0 and rec["report"]["stop_reason"]
+    if rec["report"] is not None:
+        assert rec["report"]["egraph_nodes"] > 0 and rec["report"]["stop_reason"]
+    else:  # jaxrw fell back to jax.jit: the record says why
+        assert rec["fallback"]
     assert rec["opt_s"] > 0 and rec["speedup"] > 0
     assert result["summary"]["algebra/float32"]["timed"] == 1
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
