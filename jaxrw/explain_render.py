@@ -28,6 +28,7 @@ DOT_MISSING = (
     "graphviz's `dot` program was not found on PATH: graphs were not rendered "
     "(install it, e.g. `apt-get install graphviz`; `.graph(which).source` has the DOT text)"
 )
+HTML_GRAPH_MAX_NODES = 300  # larger graphs are slow to lay out and unreadable inline
 UNITLESS_MODELS = ("flops",)  # cost models not in seconds (the CostModel contract is seconds)
 
 
@@ -224,6 +225,12 @@ class ExplanationViews:
     def _graphs_html(self) -> str:
         if not dot_available():
             return f"<p><i>{html.escape(DOT_MISSING)}</i></p>"
+        size = max(len(g["nodes"]) for g in self.graphs.values())
+        if size > HTML_GRAPH_MAX_NODES:
+            return (
+                f"<p><i>dataflow graphs not inlined: {size} nodes > {HTML_GRAPH_MAX_NODES} "
+                "(use .render(directory) to write them)</i></p>"
+            )
         cells = []
         for which in ("before", "after"):
             try:
