@@ -16,7 +16,19 @@ from egglog import EGraph, String, Vec, f64, i64, set_
 
 from .. import compat
 from ..errors import UnsupportedProgramError
-from .terms import DEFAULT_CFG, Out, Tensor, cfg_dtype, dtype, fill, level, new_egraph, order, shape
+from .terms import (
+    DEFAULT_CFG,
+    Out,
+    Tensor,
+    cfg_dtype,
+    dtype,
+    fill,
+    level,
+    new_egraph,
+    order,
+    plain_cfg,
+    shape,
+)
 
 __all__ = ["Program", "encode", "UNARY", "BINARY", "ELEMENTWISE_TYPED"]
 
@@ -266,6 +278,11 @@ class _Encoder:
                 cid = self.param(eqn.primitive, cfg)
                 pet = p.get("preferred_element_type")
                 self.facts.append(set_(cfg_dtype(i64(cid))).to(String("" if pet is None else str(pet))))
+                in_dt = str(eqn.invars[0].aval.dtype)
+                same_in = in_dt == str(eqn.invars[1].aval.dtype)
+                plain = all(v is None for k, v in cfg.items() if k != "preferred_element_type")
+                if plain and same_in and (pet is None or str(pet) == in_dt):
+                    self.facts.append(plain_cfg(i64(cid), String(in_dt)))
                 return Tensor.dot(ins[0], ins[1], nb, int(lc[0]), int(rc[0]), cid)
         if name == "transpose" and len(p["permutation"]) in (2, 3):
             return Tensor.transpose(ins[0], Vec[i64](*[i64(int(a)) for a in p["permutation"]]))

@@ -53,6 +53,7 @@ __all__ = [
     "positive",
     "nonneg",
     "float_dtype",
+    "plain_cfg",
     "FLOATS",
     "lfirst",
     "lnext",
@@ -222,6 +223,9 @@ is_eye = relation("is_eye", Tensor)  # t is an identity matrix (of a numeric dty
 positive = relation("positive", Tensor)  # t > 0 elementwise (in real arithmetic)
 nonneg = relation("nonneg", Tensor)  # t >= 0 elementwise (in real arithmetic)
 float_dtype = relation("float_dtype", String)  # the floating-point dtype names
+# plain_cfg(cfg, d): dots of dtype d under this configuration compute what DEFAULT_CFG computes
+# (no precision override, output in the operand dtype); set by the encoder
+plain_cfg = relation("plain_cfg", i64, String)
 
 
 # Groups of dots for the multi-dot merges (rules/merge.py, rules/batch.py). A group holds the
@@ -522,6 +526,8 @@ def _dot_groups():
         *small,
         eq(_sa).to(shape(_c)),
         eq(_sb).to(shape(_t)),
+        ne(_a).to(_c),  # dots sharing an operand merge without copies (rules/merge.py)
+        ne(_b).to(_t),
         eq(_o1).to(order(_x)),
         eq(_o2).to(order(_y)),
         _o1 < _o2,

@@ -13,7 +13,7 @@ All rules move data only: exact in floating point and in integer arithmetic.
 
 from __future__ import annotations
 
-from egglog import Vec, eq, function, i64, rewrite, rule, set_, union
+from egglog import Vec, eq, function, i64, rewrite, rule, set_, union, vars_
 
 from ..terms import Tensor, bfirst, bnext, level, order, shape
 from . import Rule, register_rule
@@ -133,15 +133,25 @@ def _expand_dot():
 
 
 def _concat_batched():
-    # [A1 @b B1 ; A2 @b B2] -> [A1;A2] @b [B1;B2]   (concatenation along the leading batch axis)
-    x1, y1 = dot(A, B, V.nb, l, r, c), dot(C, D, V.nb, l, r, c)
-    conds = (
-        V.nb >= 1,
-        eq(shape(A).remove(0)).to(shape(C).remove(0)),
-        eq(shape(B).remove(0)).to(shape(D).remove(0)),
-        *same_dtype(A, B, C, D, x1, y1),
-    )
-    return [rewrite(concat(x1, y1, 0)).to(dot(concat(A, C, 0), concat(B, D, 0), V.nb, l, r, c), *conds)]
+    # [A1 @b B1 ; A2 @b B2 ; ..] -> [A1;A2;..] @b [B1;B2;..]   (along the leading batch axis; chains
+    # of 2..4 links at once)
+    as_ = list(vars_("a0 a1 a2 a3", Tensor))
+    bs = list(vars_("b0 b1 b2 b3", Tensor))
+    out = []
+    for links in range(2, 5):
+        parts = [dot(a, b, V.nb, l, r, c) for a, b in zip(as_[:links], bs[:links], strict=True)]
+        lhs, left, right = parts[0], as_[0], bs[0]
+        for part, a, b in zip(parts[1:], as_[1:links], bs[1:links], strict=True):
+            lhs, left, right = concat(lhs, part, 0), concat(left, a, 0), concat(right, b, 0)
+        conds = [V.nb >= 1]
+        for a, b in zip(as_[1:links], bs[1:links], strict=True):
+            conds += [
+                eq(shape(a).remove(0)).to(shape(as_[0]).remove(0)),
+                eq(shape(b).remove(0)).to(shape(bs[0]).remove(0)),
+            ]
+        conds += same_dtype(*as_[:links], *bs[:links], *parts)
+        out.append(rewrite(lhs).to(dot(left, right, V.nb, l, r, c), *conds))
+    return out
 
 
 def _stacked_example(rng, dt):
@@ -208,6 +218,25 @@ def _squeeze_expand():
     return out
 
 
+def _expand_squeeze():
+    # expand(squeeze(Y, ax), ax) -> Y   (the unit axis put back where it was)
+    out = []
+    for rk in range(4):
+        for ax in range(rk + 1):
+            dims = Vec[i64](*[i64(i if i < ax else i + 1) for i in range(rk)])
+            conds = (eq(sa).to(shape(Y)), eq(sa.length()).to(i64(rk + 1)))
+            lhs = Tensor.broadcast_in_dim(squeeze(Y, ax), sa, dims)
+            out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(Y)))
+    return out
+
+
+def _expand_squeeze_example(rng, dt):
+    import jax.numpy as jnp
+
+    b_, m_ = sizes(rng, 2, 2, 17)
+    return (lambda y: (jnp.expand_dims(y[1], 0) * 2, y[:, 0][:, None] + 1)), (rand(rng, (b_, m_), dt),)
+
+
 def _squeeze_batch_example(rng, dt):
     from jax import lax
 
@@ -234,6 +263,13 @@ _reg(
     _squeeze_batch,
     "one batch axis of size 1; one dtype",
     _squeeze_batch_example,
+)
+_reg(
+    "expand_squeeze",
+    "expand(squeeze(Y, ax), ax) -> Y",
+    _expand_squeeze,
+    "rank <= 4",
+    _expand_squeeze_example,
 )
 _reg(
     "squeeze_expand",

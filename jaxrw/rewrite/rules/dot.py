@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from egglog import Vec, eq, i64, rewrite, rule, union
 
-from ..terms import Tensor, float_dtype, is_eye, shape
+from ..terms import DEFAULT_CFG, Tensor, float_dtype, is_eye, plain_cfg, shape
 from ..terms import fill as fill_
 from . import Rule, register_rule
 from ._util import RING, V, rand, rank, same_dtype, sizes
@@ -136,6 +136,30 @@ _reg(
     _assoc_2d,
     "2-D operands, no batch axes, same cfg, one dtype",
     _assoc_2d_example,
+)
+
+
+def _adopt_cfg():
+    # dot(A, B, DEFAULT) -> dot(A, B, c)  for a configuration c of the program that computes the same
+    # (dots that rules create get DEFAULT_CFG; adopting the program's lets them reassociate with it)
+    lhs = dot(A, B, nb, l, r, DEFAULT_CFG)
+    return [
+        rule(eq(x).to(lhs), *same_dtype(A, B), plain_cfg(c, d)).then(union(x).with_(dot(A, B, nb, l, r, c)))
+    ]
+
+
+def _adopt_cfg_example(rng, dt):
+    m, n = sizes(rng, 2)
+    return (lambda a, b, w: ((a * w[:, None]).sum(0), a @ b)), _mats(rng, dt, (m, n), (n, m), (m,))
+
+
+_reg(
+    "adopt_cfg",
+    "dot(A,B, default cfg) -> dot(A,B, the program's plain cfg)",
+    False,
+    _adopt_cfg,
+    "the program has a dot configuration without precision override whose output dtype is the operands'",
+    _adopt_cfg_example,
 )
 
 

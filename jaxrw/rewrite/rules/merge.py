@@ -15,7 +15,7 @@ products) and in integer arithmetic.
 
 from __future__ import annotations
 
-from egglog import Vec, eq, function, i64, ne, rewrite, rule, set_, union
+from egglog import Vec, eq, function, i64, ne, rewrite, rule, set_, union, vars_
 
 from ..terms import Tensor, level, lfirst, lnext, order, rfirst, rnext, shape
 from . import Rule, register_rule
@@ -135,15 +135,25 @@ _reg(
 # --- concatenations of dots ----------------------------------------------------------------------
 
 
+CONCAT_CHUNK = 4  # a chain of concatenated dots merges up to this many links per iteration
+
+
 def _concat_dots():
-    # [A@B | A@C] -> A@[B|C]  (along B's free axis);  [B@A ; C@A] -> [B;C]@A
+    # [A@B | A@C | ..] -> A@[B|C|..]  (along B's free axis);  [B@A ; C@A ; ..] -> [B;C;..]@A
+    # (left-nested chains of 2..4 links at once, so long chains merge in few iterations)
+    bs = list(vars_(" ".join(f"b{i}" for i in range(CONCAT_CHUNK)), Tensor))
     out = []
-    xl, yl = dot(A, B, nb, l, r, c), dot(A, C, nb, l, r, c)
-    conds = [_one_free(B), _one_free(C), eq(ax).to(shape(A).length() - 1), *same_dtype(A, B, C, xl, yl)]
-    out.append(rewrite(concat(xl, yl, ax)).to(dot(A, concat(B, C, 2 * nb + 1 - r), nb, l, r, c), *conds))
-    xr, yr = dot(B, A, nb, l, r, c), dot(C, A, nb, l, r, c)
-    conds = [_one_free(B), _one_free(C), eq(ax).to(nb), *same_dtype(A, B, C, xr, yr)]
-    out.append(rewrite(concat(xr, yr, ax)).to(dot(concat(B, C, 2 * nb + 1 - l), A, nb, l, r, c), *conds))
+    for left in (True, False):
+        fb = 2 * nb + 1 - r if left else 2 * nb + 1 - l
+        out_axis = eq(ax).to(shape(A).length() - 1) if left else eq(ax).to(nb)
+        for links in range(2, CONCAT_CHUNK + 1):
+            parts = [dot(A, b, nb, l, r, c) if left else dot(b, A, nb, l, r, c) for b in bs[:links]]
+            lhs, operands = parts[0], bs[0]
+            for part, b in zip(parts[1:], bs[1:links], strict=True):
+                lhs, operands = concat(lhs, part, ax), concat(operands, b, fb)
+            rhs = dot(A, operands, nb, l, r, c) if left else dot(operands, A, nb, l, r, c)
+            conds = [*(_one_free(b) for b in bs[:links]), out_axis, *same_dtype(A, *bs[:links], *parts)]
+            out.append(rewrite(lhs).to(rhs, *conds))
     return out
 
 
@@ -366,32 +376,56 @@ def _concat_elementwise():
     return out
 
 
+STACK_CHUNK = 8  # operands a stack sheds per iteration (so a stack of n unfolds in n/8 iterations)
+
+
 def _stack_unfold():
-    # stack([a1..an], ax) -> [stack([a1..an-1], ax) | expand(an, ax)];  stack([a], ax) -> expand(a, ax)
-    args, a = V.args, V.A
+    # stack([a1..an], ax) -> [a1' | a2' | .. | an'] with ai' = expand(ai, ax), up to 8 operands at a
+    # time: stack([a1..an]) -> [stack([a1..an-8]) | an-7' | .. | an']
+    args, ax_ = V.args, V.ax
+    parts = list(vars_(" ".join(f"p{i}" for i in range(STACK_CHUNK)), Tensor))
+    dd = V.dims
+    # (axis pattern, conditions binding so and dd: the expanded shape and broadcast dims)
+    variants = [
+        (0, (eq(so).to(Vec[i64](i64(1)).append(sa)), eq(dd).to((sa.length() + 1).range().remove(0)))),
+        (ax_, (eq(ax_).to(sa.length()), eq(so).to(sa.push(1)), eq(dd).to(sa.length().range()))),
+        (
+            1,
+            (
+                eq(sa.length()).to(i64(2)),
+                eq(so).to(Vec[i64](sa[0], i64(1), sa[1])),
+                eq(dd).to(Vec[i64](i64(0), i64(2))),
+            ),
+        ),
+    ]
     out = []
-    variants = []  # (axis condition, rank condition, shape expr, dims expr)
-    for r_ in range(4):
-        variants.append((0, r_, Vec[i64](i64(1)).append(sa), Vec[i64](*[i64(i + 1) for i in range(r_)])))
-    for r_ in range(1, 4):
-        variants.append((r_, r_, sa.push(1), Vec[i64](*[i64(i) for i in range(r_)])))
-    variants.append((1, 2, Vec[i64](sa[0], i64(1), sa[1]), Vec[i64](i64(0), i64(2))))
-    for axis, r_, shp, dims in variants:
-        conds = (eq(sa).to(shape(a)), eq(sa.length()).to(i64(r_)))
-        expand = Tensor.broadcast_in_dim(a, shp, dims)
+    for axis, shape_conds in variants:
+        first = (eq(x).to(Tensor.stack(args, axis)), eq(sa).to(shape(args[0])), *shape_conds)
+
+        def chain(head, tail, axis=axis):
+            for t in tail:
+                head = (
+                    Tensor.concat(head, Tensor.broadcast_in_dim(t, so, dd), axis)
+                    if head is not None
+                    else (Tensor.broadcast_in_dim(t, so, dd))
+                )
+            return head
+
+        for count in range(1, STACK_CHUNK + 1):
+            bind = [eq(parts[i]).to(args[i]) for i in range(count)]
+            out.append(
+                rule(*first, eq(args.length()).to(i64(count)), *bind).then(
+                    union(x).with_(chain(None, parts[:count]))
+                )
+            )
+        bind = [eq(parts[i]).to(args[n - STACK_CHUNK + i]) for i in range(STACK_CHUNK)]
+        rest = args
+        for _ in range(STACK_CHUNK):
+            rest = rest.pop()
         out.append(
-            rule(
-                eq(x).to(Tensor.stack(args, axis)),
-                eq(n).to(args.length()),
-                n >= 2,
-                eq(a).to(args[n - 1]),
-                *conds,
-            ).then(union(x).with_(concat(Tensor.stack(args.pop(), axis), expand, axis)))
-        )
-        out.append(
-            rule(
-                eq(x).to(Tensor.stack(args, axis)), eq(args.length()).to(i64(1)), eq(a).to(args[0]), *conds
-            ).then(union(x).with_(expand))
+            rule(*first, eq(n).to(args.length()), n > STACK_CHUNK, *bind).then(
+                union(x).with_(chain(Tensor.stack(rest, axis), parts))
+            )
         )
     return out
 
