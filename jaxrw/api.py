@@ -127,23 +127,30 @@ class Optimized:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         if entry.fallback is not None:
             return self._jitted(*args, **kwargs)
-        if entry.proven or entry.report is None or not entry.report.rewritten:
+        if entry.proven:
             out = entry.call(*leaves)
-        else:  # the first call compiles the rewritten program: a failure there falls back too
+        else:  # the first call compiles the built program: a failure there falls back too
             try:
                 out = entry.call(*leaves)
             except Exception as e:  # noqa: BLE001 - never break the user's program
-                err = RewriteStageError("compile", e)
-                if self.strict:
-                    raise err from e
-                warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=2)
-                entry.fallback = str(err)
-                return self._jitted(*args, **kwargs)
+                return self._first_call_failed(entry, e, args, kwargs)
             entry.proven = True
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not any(compat.is_tracer(x) for x in leaves):
             self._verify(result, args, kwargs)
         return result
+
+    def _first_call_failed(self, entry: _Entry, e: Exception, args: tuple, kwargs: dict) -> Any:
+        """The built program failed on its first call. jax.jit runs the same arguments first: if it
+        fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
+        fall back with one warning (compile stage), or raise under strict."""
+        want = self._jitted(*args, **kwargs)
+        err = RewriteStageError("compile", e)
+        if self.strict:
+            raise err from e
+        warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
+        entry.fallback = str(err)
+        return want
 
     def report(self, *args: Any, **kwargs: Any) -> RewriteReport | None:
         """The rewrite report of the signature these arguments have (traced if new)."""
@@ -253,10 +260,20 @@ class Optimized:
         if hoisted is not None:
             call = HoistedCall(hoisted, donate)  # prologue and main run under XLA's schedule
         else:
+            from .schedule import ScheduleUnavailableError
             from .schedule import apply as schedule_apply
 
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
-            call = schedule_apply(self.schedule, fn, specs, donate, profile)
+            try:
+                call = schedule_apply(self.schedule, fn, specs, donate, profile)
+            except ScheduleUnavailableError:
+                raise  # schedule="streams" asked for where it cannot run: an invalid option here
+            except Exception as e:  # noqa: BLE001 - never break the user's program
+                err = e if isinstance(e, RewriteStageError) else RewriteStageError("schedule", e)
+                if self.strict:
+                    raise err from e
+                warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
+                return _Entry(self._jitted, out_tree, report, fallback=str(err))
         return _Entry(call, out_tree, report, trace=(closed, result, profile) if self._keep else None)
 
     def _autotune(self, result: Any, closed: Any, flat: Callable, leaves: list) -> None:

@@ -1,0 +1,297 @@
+"""Differential fuzzing of `optimize` against jax.jit: `python -m jaxrw.bench.fuzz --examples N`.
+
+Each example is a random program spec (`fuzzgen.programs`): it runs under jax.jit and under
+`optimize(strict=True)` with the spec's options, and the results are compared:
+
+- shapes, dtypes and weak types must be equal; integer and boolean results bit-identical;
+- with `numerics="strict"` every result must be bit-identical to jax.jit;
+- otherwise float results must be finite exactly where jax.jit's are, and their norm-wise error
+  against a float64 reference (the same program run with every float widened to float64, and
+  rounded where the program converts) may be at most max(BASE[dtype], 10 x jax.jit's own error).
+
+An exception from `optimize` or from the program it built is a *crash*; a result outside those
+bounds a *mismatch*. The command runs hypothesis, shrinks each failure to a minimal spec, saves
+it to a regressions file (JSON, replayed by tests/fuzz/test_regressions.py) and prints counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import resource
+import time
+import traceback
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from ..api import optimize
+from ..rewrite.run import Limits
+from .fuzzgen import programs
+from .fuzzprog import build, make_inputs
+
+__all__ = ["Outcome", "check", "BASE", "main"]
+
+# Norm-wise relative error always allowed per output dtype (on CPU: no TF32).
+BASE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+JIT_FACTOR = 10.0
+
+
+@dataclass
+class Outcome:
+    status: str  # "ok", "mismatch", "crash" or "invalid" (the generator made a program jax.jit rejects)
+    message: str = ""
+    rewritten: bool = False
+    rules: dict[str, int] = field(default_factory=dict)
+
+
+def _x64(spec: dict) -> bool:
+    return any(p.get("dtype") == "float64" or p.get("to") == "float64" for _, _, p in spec["values"])
+
+
+def check(spec: dict) -> Outcome:
+    """Run one spec through jax.jit and optimize and compare (see the module docstring)."""
+    with jax.enable_x64(_x64(spec)):
+        return _check(spec)
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+
+
+def _err(got: np.ndarray, ref: np.ndarray, mask: np.ndarray) -> float:
+    g, r = got.astype(np.float64)[mask], ref[mask]
+    num, den = float(np.linalg.norm(g - r)), float(np.linalg.norm(r))
+    return num / den if den > 0 else num
+
+
+def _check(spec: dict) -> Outcome:
+    opts = spec["options"]
+    fn = build(spec)
+    args = make_inputs(spec, opts["seed"])
+    try:
+        want = jax.block_until_ready(jax.jit(fn)(*args))
+    except Exception as e:  # noqa: BLE001 - a generator bug, reported as such
+        return Outcome("invalid", f"jax.jit rejects the program: {type(e).__name__}: {e}")
+    limits = Limits() if opts.get("min_gain") is None else Limits(min_gain=opts["min_gain"])
+    opt = optimize(
+        fn,
+        strict=True,
+        numerics=opts.get("numerics", "default"),
+        extractor=opts.get("extractor", "greedy"),
+        cost_model=opts.get("cost_model", "roofline"),
+        limits=limits,
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = jax.block_until_ready(opt(*args))
+        report = opt.report(*args)
+    except Exception as e:  # noqa: BLE001 - every exception from optimize is a crash
+        tb = traceback.format_exception(e)
+        return Outcome("crash", f"{type(e).__name__}: {e}\n{''.join(tb[-6:])}")
+    out = Outcome(
+        "ok", rewritten=bool(report and report.rewritten), rules=dict(report.rules_fired if report else {})
+    )
+    ref: list[np.ndarray] | None = None
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        tg, tw = jax.typeof(g), jax.typeof(w)
+        if (tg.shape, tg.dtype, tg.weak_type) != (tw.shape, tw.dtype, tw.weak_type):
+            return _fail(out, f"output {i}: optimize gives {tg} (weak={tg.weak_type}), jax.jit {tw}")
+        gn, wn = np.asarray(g), np.asarray(w)
+        if np.array_equal(_bits(gn), _bits(wn)):
+            continue
+        if opts.get("numerics") == "strict":
+            return _fail(out, f"output {i}: not bit-identical under numerics='strict'")
+        if not np.issubdtype(gn.dtype, np.floating) and str(gn.dtype) != "bfloat16":
+            return _fail(out, f"output {i} ({gn.dtype}): differs from jax.jit in {np.sum(gn != wn)} elements")
+        fin_g, fin_w = np.isfinite(gn.astype(np.float64)), np.isfinite(wn.astype(np.float64))
+        if not np.array_equal(fin_g, fin_w):
+            return _fail(
+                out,
+                f"output {i}: non-finite where jax.jit is finite or the reverse "
+                f"({int(np.sum(fin_g != fin_w))} elements)",
+            )
+        if ref is None:
+            ref = reference(spec)
+        r = ref[i]
+        mask = fin_g & np.isfinite(r)
+        e_opt, e_jit = _err(gn, r, mask), _err(wn, r, mask)
+        allowed = max(BASE.get(str(gn.dtype), 1e-4), JIT_FACTOR * e_jit)
+        if e_opt > allowed:
+            return _fail(
+                out,
+                f"output {i} ({gn.dtype}): error {e_opt:.3g} against float64 > allowed "
+                f"{allowed:.3g} (jax.jit's error {e_jit:.3g})",
+            )
+    return out
+
+
+def _fail(out: Outcome, message: str) -> Outcome:
+    out.status, out.message = "mismatch", message
+    return out
+
+
+def reference(spec: dict) -> list[np.ndarray]:
+    """The spec's outputs with every float widened to float64 (rounded where the program converts)."""
+    with jax.enable_x64(True):
+        fn = build(spec, x64=True)
+        args = make_inputs(spec, spec["options"]["seed"], x64=True)
+        return [
+            np.asarray(x, dtype=np.float64) if np.asarray(x).dtype != bool else np.asarray(x)
+            for x in jax.jit(fn)(*args)
+        ]
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+
+class _Run:
+    """Counts over a hypothesis run; keeps the last failing spec (the shrunk one, at the end)."""
+
+    def __init__(self, progress: int):
+        self.counts: Counter[str] = Counter()
+        self.rules: Counter[str] = Counter()
+        self.ops: Counter[str] = Counter()
+        self.shrinking = False
+        self.last_failure: tuple[dict, Outcome] | None = None
+        self.progress = progress
+        self.t0 = time.perf_counter()
+
+    def __call__(self, spec: dict) -> None:
+        out = check(spec)
+        if not self.shrinking:
+            self.counts["examples"] += 1
+            self.counts[out.status] += 1
+            self.counts["rewritten"] += out.rewritten
+            self.rules.update({k: 1 for k, v in out.rules.items() if v})
+            self.ops.update(v[0] if v[0] != "opq" else "opq." + v[2]["f"] for v in spec["values"])
+            n = self.counts["examples"]
+            if n % 200 == 0:  # compiled programs of past examples are never called again
+                jax.clear_caches()
+                gc.collect()
+            if self.progress and n % self.progress == 0:
+                print(f"  {n} examples, {self.summary_line()}", flush=True)
+        if out.status != "ok":
+            self.shrinking = True
+            self.last_failure = (spec, out)
+            raise AssertionError(f"{out.status}: {out.message}")
+
+    def summary_line(self) -> str:
+        c = self.counts
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return (
+            f"{c['mismatch']} mismatches, {c['crash']} crashes, {c['invalid']} invalid, "
+            f"{c['rewritten']} rewritten, {time.perf_counter() - self.t0:.0f}s, peak RSS {rss:.0f} MiB"
+        )
+
+
+def run(examples: int, seed: int, max_steps: int, progress: int = 100) -> tuple[_Run, list[dict]]:
+    """Run `examples` programs; returns the counts and the shrunk failures."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+
+    state = _Run(progress)
+    failures: list[dict] = []
+    attempt = 0
+    while state.counts["examples"] < examples:
+        left = examples - state.counts["examples"]
+        state.shrinking = False
+
+        @hseed(seed + attempt)
+        @settings(
+            max_examples=left,
+            deadline=None,
+            database=None,
+            derandomize=False,
+            suppress_health_check=list(HealthCheck),
+            phases=[Phase.generate, Phase.shrink],
+            report_multiple_bugs=False,
+            print_blob=False,
+        )
+        @given(programs(max_steps=max_steps))
+        def body(spec: dict) -> None:
+            state(spec)
+
+        try:
+            body()
+        except Exception:  # noqa: BLE001 - the shrunk failure is in state.last_failure
+            if state.last_failure is None:
+                raise
+            spec, out = state.last_failure
+            failures.append(
+                {
+                    "spec": spec,
+                    "status": out.status,
+                    "message": out.message.splitlines()[0],
+                    "found": date.today().isoformat(),
+                }
+            )
+            print(
+                f"  FAILURE ({out.status}), shrunk: {out.message.splitlines()[0]}\n    {json.dumps(spec)}",
+                flush=True,
+            )
+            state.last_failure = None
+        attempt += 1
+    return state, failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.fuzz", description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-steps", type=int, default=6)
+    ap.add_argument("--progress", type=int, default=100, help="print counts every N examples (0: never)")
+    ap.add_argument(
+        "--save",
+        type=Path,
+        default=Path("tests/fuzz/regressions.json"),
+        help="append shrunk failures to this JSON file",
+    )
+    ap.add_argument("--summary", type=Path, default=None, help="write the counts as JSON here")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    state, failures = run(a.examples, a.seed, a.max_steps, a.progress)
+    elapsed = time.perf_counter() - t0
+    if failures:
+        old = json.loads(a.save.read_text()) if a.save.exists() else []
+        a.save.write_text(json.dumps(old + failures, indent=1) + "\n")
+    c = state.counts
+    print(
+        f"jaxrw fuzz: {c['examples']} examples in {elapsed:.0f}s (seed {a.seed}, jax {jax.__version__}): "
+        f"{c['mismatch']} mismatches, {c['crash']} crashes, {c['invalid']} invalid, "
+        f"{c['rewritten']} rewritten"
+    )
+    if state.rules:
+        print("rules fired (examples):", ", ".join(f"{k} {v}" for k, v in state.rules.most_common()))
+    print("ops generated:", ", ".join(f"{k} {v}" for k, v in sorted(state.ops.items())))
+    if a.summary:
+        a.summary.write_text(
+            json.dumps(
+                {
+                    "examples": c["examples"],
+                    "mismatches": c["mismatch"],
+                    "crashes": c["crash"],
+                    "invalid": c["invalid"],
+                    "rewritten": c["rewritten"],
+                    "seconds": round(elapsed, 1),
+                    "seed": a.seed,
+                    "jax": jax.__version__,
+                    "date": date.today().isoformat(),
+                    "rules": dict(state.rules),
+                    "failures": failures,
+                },
+                indent=1,
+            )
+        )
+    return 1 if c["mismatch"] or c["crash"] or c["invalid"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
