@@ -28,6 +28,14 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _suites(text: str) -> str:
+    for part in text.split(","):
+        if part.strip() not in SUITE_CHOICES:
+            valid = ", ".join(repr(c) for c in SUITE_CHOICES)
+            raise argparse.ArgumentTypeError(f"invalid choice: {part.strip()!r} (choose from {valid})")
+    return text
+
+
 def _nonneg_float(text: str) -> float:
     try:
         v = float(text)
@@ -51,7 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Time each case under jax.jit, jaxrw and (where one exists) a hand-optimized "
         "version; check each against a float64 reference; print a table.",
     )
-    b.add_argument("--suite", choices=SUITE_CHOICES, default="all", help="which suite (default: all)")
+    b.add_argument(
+        "--suite",
+        type=_suites,
+        default="all",
+        help=f"which suites, comma-separated, run in that order: {', '.join(SUITE_CHOICES)} (default: all)",
+    )
     b.add_argument(
         "--case",
         metavar="PATTERN",
@@ -77,15 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=_nonneg_float,
         default=None,
         metavar="SECONDS",
-        help="optimization deadline per case; past it jaxrw is not timed (0: none; default 30 at the "
+        help="optimization deadline per case; past it jaxrw is not timed (0: none; default 20 at the "
         "small size, 300 at the large size)",
     )
     b.add_argument(
         "--budget",
         type=_nonneg_float,
-        default=0.0,
+        default=None,
         metavar="SECONDS",
-        help="start no new case after this many seconds; the rest are listed as skipped (0: no budget)",
+        help="start no new case after this many seconds; the rest are listed as skipped (0: no budget; "
+        "default 150 at the small size, none at the large size)",
     )
     b.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     b.set_defaults(func=_bench)

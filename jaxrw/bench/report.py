@@ -167,8 +167,9 @@ def table(result: dict) -> Any:
 
 
 def plot(result: dict, path: str) -> None:
-    """Write a PNG: speedup over jax.jit per case on a log axis, with the 1x line and the
-    hand-optimized speedup as a gray bar behind each case's jaxrw bar."""
+    """Write a PNG: speedup over jax.jit per case on a log axis, with the 1x line, the
+    hand-optimized speedup as a gray bar behind each case's jaxrw bar and a black diamond for
+    jaxrw called inside an outer jax.jit."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -194,14 +195,23 @@ def plot(result: dict, path: str) -> None:
         "#2a9d4b" if (m == m and m >= FASTER) else "#d1495b" if (m == m and m <= SLOWER) else "#5c7cfa"
         for m in mine
     ]
-    ax.barh(ys, [m - 1 if m == m else 0 for m in mine], left=1, height=0.45, color=colors, label="jaxrw")
+    ax.barh(
+        ys,
+        [m - 1 if m == m else 0 for m in mine],
+        left=1,
+        height=0.45,
+        color=colors,
+        label="jaxrw (called directly)",
+    )
+    in_jit = [r.get("speedup_in_jit") or float("nan") for r in rs]
+    ax.scatter(in_jit, ys, marker="D", s=12, color="black", zorder=3, label="jaxrw inside jax.jit")
     for y, r, m in zip(ys, rs, mine, strict=True):
         if m != m:
             why = r["status"] if r["status"] != "ok" else "opt timeout" if r.get("opt_timeout") else "n/a"
             ax.text(1, y, f"  {why}", va="center", fontsize=7, color="#555")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
-    finite = [v for v in mine + hand if v == v and v > 0]
+    finite = [v for v in mine + hand + in_jit if v == v and v > 0]
     lo, hi = min([*finite, 1.0]), max([*finite, 1.0])
     ax.set_xlim(lo / 1.5, hi * 1.5)
     ax.set_yticks(ys, labels, fontsize=7)
