@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .report import SLOWER, fmt_time, fmt_x, rules_summary, stop_summary, summarize_suites
 
-__all__ = ["markdown", "main"]
+__all__ = ["markdown", "optimization_table", "main"]
 
 
 def _row(cells: list[str]) -> str:
@@ -94,6 +94,25 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def optimization_table(result: dict, suites: tuple[str, ...] = ("models",)) -> str:
+    """Optimization time per case of `suites` against the issue-9 target (1 s per 1,000 equations)."""
+    rows = [r for r in result["cases"] if r["suite"] in suites and r["status"] == "ok" and r.get("opt_s")]
+    if not rows:
+        return ""
+    head = ["case", "equations", "optimize s", "s per 1,000 eqns", "encode / rewrite / extract s", "e-graph",
+            "stop"]  # fmt: skip
+    lines = [_row(head), _row(["---"] * len(head))]
+    for r in rows:
+        rep = r.get("report") or {}
+        n, ph = rep.get("n_equations"), rep.get("phase_s", {})
+        per = f"{r['opt_s'] / n * 1000:.1f}" if n else "—"
+        phases = " / ".join(f"{ph[k]:.2f}" if k in ph else "—" for k in ("encode", "rewrite", "extract"))
+        opt = f"> {r['opt_s']:.0f} (timeout)" if r.get("opt_timeout") else f"{r['opt_s']:.2f}"
+        lines.append(_row([r["case"], str(n or "—"), opt, per, phases, str(rep.get("egraph_nodes", "—")),
+                           stop_summary(r)]))  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.summarize", description=__doc__.splitlines()[0])
     ap.add_argument("json", nargs="+", help="result files written by `jaxrw bench --json`")
@@ -109,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         if i:
             print()
         print(markdown(result))
+        opt = optimization_table(result)
+        if opt:
+            print(f"\nOptimization time ({result['meta']['dtype']}, target ≤ 1 s per 1,000 equations):\n")
+            print(opt)
     return 0
 
 
