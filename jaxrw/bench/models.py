@@ -217,11 +217,13 @@ def gpt_train_step(size: str, dtype: str) -> Instance:
 
     def args(seed: int) -> tuple:
         r = Rand(seed, dtype)
-        params = nets.transformer_params(cfg, r, merged_qkv=False)
-        m = jax.tree.map(lambda x: x * 1e-3, nets.transformer_params(cfg, r, merged_qkv=False))
-        v = jax.tree.map(
-            lambda x: (jnp.abs(x) + 0.1) * 1e-6, nets.transformer_params(cfg, r, merged_qkv=False)
-        )
+
+        def tree():
+            return nets.transformer_params(cfg, r, merged_qkv=False, key_bias=False)
+
+        params = tree()
+        m = jax.tree.map(lambda x: x * 1e-3, tree())
+        v = jax.tree.map(lambda x: (jnp.abs(x) + 0.1) * 1e-6, tree())
         return (
             params,
             m,

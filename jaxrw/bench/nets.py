@@ -189,7 +189,10 @@ class TransformerConfig:
     batch: int
 
 
-def transformer_params(cfg: TransformerConfig, r: Rand, merged_qkv: bool) -> dict:
+def transformer_params(cfg: TransformerConfig, r: Rand, merged_qkv: bool, key_bias: bool = True) -> dict:
+    """Random parameters. `key_bias=False` drops the key projection's bias, whose gradient is
+    exactly zero (softmax ignores a shift shared by all keys), so a training step's update of it
+    would be pure rounding noise."""
     d, f = cfg.dim, 4 * cfg.dim
     layers = []
     for _ in range(cfg.layers):
@@ -209,7 +212,9 @@ def transformer_params(cfg: TransformerConfig, r: Rand, merged_qkv: bool) -> dic
             p["wqkv"], p["bqkv"] = r.weight(d, d, 3 * d), r.normal(3 * d, scale=0.1)
         else:
             for n in "qkv":
-                p["w" + n], p["b" + n] = r.weight(d, d, d), r.normal(d, scale=0.1)
+                p["w" + n] = r.weight(d, d, d)
+                if n != "k" or key_bias:
+                    p["b" + n] = r.normal(d, scale=0.1)
         layers.append(p)
     return {
         "wte": r.normal(cfg.vocab, d, scale=0.5),
@@ -226,7 +231,7 @@ def _qkv(p, x, cfg: TransformerConfig):
         qkv = x @ p["wqkv"] + p["bqkv"]
         q, k, v = qkv[..., :d], qkv[..., d : 2 * d], qkv[..., 2 * d :]
     else:
-        q, k, v = (x @ p["w" + n] + p["b" + n] for n in "qkv")
+        q, k, v = (x @ p["w" + n] + p["b" + n] if "b" + n in p else x @ p["w" + n] for n in "qkv")
     dh = d // cfg.heads
     return (t.reshape(b, s, cfg.heads, dh) for t in (q, k, v))
 
