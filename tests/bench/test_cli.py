@@ -118,3 +118,12 @@ def test_calibrate_forwards_arguments(monkeypatch):
     monkeypatch.setitem(sys.modules, "jaxrw.rewrite.calibrate", fake)
     assert cli.main(["calibrate", "--quick", "--output", "p.json"]) == 0
     assert seen["argv"] == ["--quick", "--output", "p.json"]
+
+
+def test_optimization_table_reports_time_per_thousand_equations():
+    rec = {"suite": "models", "case": "m", "status": "ok", "opt_s": 2.0, "opt_timeout": False,
+           "report": {"n_equations": 500, "egraph_nodes": 900, "stop_reason": "saturated", "rewritten": True,
+                      "phase_s": {"encode": 1.5, "rewrite": 0.4, "extract": 0.1}}}  # fmt: skip
+    text = summarize.optimization_table({"cases": [rec]})
+    assert "| m | 500 | 2.00 | 4.0 | 1.50 / 0.40 / 0.10 | 900 | saturated |" in text
+    assert summarize.optimization_table({"cases": []}) == ""
