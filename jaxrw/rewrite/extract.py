@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -106,26 +107,48 @@ def tree(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
 
 
 def greedy_dag(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
-    """Bottom-up fixpoint where a class's cost is the sum over the distinct classes below it."""
+    """Bottom-up, worklist-driven: a class's cost is the sum over the distinct classes below it.
+
+    Each candidate node starts from the largest child set (copied in C) and adds only what the
+    other children bring, so a chain of n nodes costs O(n) Python steps per node at most."""
+    parents: dict[str, list[str]] = {}
+    for nid, n in view.nodes.items():
+        for ch in set(n.children):
+            parents.setdefault(ch, []).append(nid)
     best: dict[str, tuple[float, frozenset[str], str]] = {}
-    changed = True
-    while changed:
-        changed = False
-        for c, nids in view.classes.items():
-            for nid in nids:
-                n = view.nodes[nid]
-                if not all(ch in best for ch in n.children):
-                    continue
-                below: set[str] = set()
-                for ch in n.children:
-                    below |= best[ch][1]
-                    below.add(ch)
-                if c in below:
-                    continue  # would close a cycle
-                total = costs[nid] + sum(costs[best[d][2]] for d in below)
-                if c not in best or total < best[c][0] - 1e-18:
-                    best[c] = (total, frozenset(below), nid)
-                    changed = True
+    own: dict[str, float] = {}  # cost of the node currently chosen for each class
+    queue = deque(nid for nid, n in view.nodes.items() if not n.children)
+    queued = set(queue)
+    while queue:
+        nid = queue.popleft()
+        queued.discard(nid)
+        n = view.nodes[nid]
+        c = n.eclass
+        kids = set(n.children)
+        if not all(k in best for k in kids):
+            continue
+        if kids:
+            base = max(kids, key=lambda k: len(best[k][1]))
+            total, below = best[base][0], set(best[base][1])
+            for k in kids:
+                if k != base:
+                    extra = best[k][1] - below
+                    if extra:
+                        below |= extra
+                        total += sum(own[x] for x in extra)
+        else:
+            total, below = 0.0, set()
+        if c in below:
+            continue  # would close a cycle
+        total += costs[nid]
+        if c not in best or total < best[c][0] - 1e-18:
+            below.add(c)
+            best[c] = (total, frozenset(below), nid)
+            own[c] = costs[nid]
+            for p in parents.get(c, ()):
+                if p not in queued:
+                    queued.add(p)
+                    queue.append(p)
     return {c: nid for c, (_, _, nid) in best.items()}
 
 
