@@ -388,6 +388,9 @@ def _name(fn: Callable) -> str:
 
 
 def _leaf_key(x: Any) -> tuple:
+    aval = getattr(x, "aval", None)  # fast path: jax arrays and tracers carry their abstract value
+    if aval is not None and hasattr(aval, "weak_type"):
+        return (aval.shape, aval.dtype, aval.weak_type)
     if isinstance(x, jax.Array | np.ndarray | np.generic) or compat.is_tracer(x):
         try:
             aval = compat.get_aval(x)
@@ -396,7 +399,7 @@ def _leaf_key(x: Any) -> tuple:
                 f"argument leaf of dtype {getattr(x, 'dtype', '?')} is not a JAX array type; valid: arrays "
                 "of numeric or bool dtypes (mark other values static with static_argnums/static_argnames)"
             ) from e
-        return (tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False)))
+        return (tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False)))
     if isinstance(x, bool | int | float | complex):
         return ("py", type(x).__name__)
     raise InvalidOptionError(
