@@ -210,7 +210,7 @@ def gpt2_small(size: str, dtype: str) -> Instance:
     return Instance(lambda p, ids: nets.gpt2(cfg, p, ids), args, shape=_tshape(cfg))
 
 
-@register("models", heavy=True)
+@register("models")
 def gpt_train_step(size: str, dtype: str) -> Instance:
     """A GPT training step: loss, gradient and an AdamW update written by hand (no optax)."""
     cfg = TRAIN[size]

@@ -208,7 +208,10 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
     variants: dict[str, tuple[Callable, tuple]] = {"jax.jit": (jax.jit(inst.fn), args)}
     if opts.jaxrw and not rec["opt_timeout"]:
         variants["jaxrw"] = (rw, args)
-    if "jaxrw" in variants and opts.in_jit:
+    # where jaxrw runs the original program (fallback, or the guard kept it) the in-jit variant
+    # would compile to jax.jit's own program: not timed (saves a compile per case on the GPU)
+    same = report is None or not report.rewritten
+    if "jaxrw" in variants and opts.in_jit and not same:
         # the same program called from inside an outer jax.jit, as in a jitted training loop: jax's
         # C++ dispatch instead of optimize()'s Python wrapper (what remains is the rewrite's effect)
         variants["jaxrw@jit"] = (jax.jit(rw), args)

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from .report import SLOWER, fmt_time, fmt_x, rules_summary, stop_summary, summarize_suites
+from .report import SLOWER, fmt_time, fmt_x, rules_summary, same_program, stop_summary, summarize_suites
 
 __all__ = ["markdown", "optimization_table", "main"]
 
@@ -40,8 +40,8 @@ def _case_row(suite: str, r: dict) -> list[str]:
     return [
         suite, r["case"], r.get("shape", ""), fmt_time(v["jax.jit"]["median_s"]),
         fmt_time(v.get("jaxrw", {}).get("median_s")), f"**{fmt_x(r.get('speedup'))}**",
-        fmt_x(r.get("speedup_in_jit")), fmt_time(v.get("hand", {}).get("median_s")),
-        fmt_x(r.get("hand_speedup")),
+        "same" if same_program(r) else fmt_x(r.get("speedup_in_jit")),
+        fmt_time(v.get("hand", {}).get("median_s")), fmt_x(r.get("hand_speedup")),
         _err(r, "jaxrw"), f"{r.get('opt_s') or 0:.2f}", str(rep.get("n_equations", "—")),
         str(rep.get("egraph_nodes", "—")), stop_summary(r),
         rules_summary(rep, limit=4) + (f" ({notes})" if notes else ""),

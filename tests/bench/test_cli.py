@@ -47,6 +47,9 @@ def test_bench_writes_json_and_png(bench_run, capsys):
     (rec,) = result["cases"]
     assert rec["case"] == "chain_mv" and rec["status"] == "ok"
     for name in ("jax.jit", "jaxrw", "jaxrw@jit", "hand"):
+        if name == "jaxrw@jit" and not (rec["report"] or {}).get("rewritten"):
+            assert name not in rec["variants"]  # the original program: jax.jit's, not timed twice
+            continue
         v = rec["variants"][name]
         assert len(v["samples_s"]) == 2 and v["median_s"] > 0 and v["rel_err"] < 1e-4
     if rec["report"] is not None:
