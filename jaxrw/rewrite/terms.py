@@ -53,6 +53,7 @@ __all__ = [
     "positive",
     "nonneg",
     "float_dtype",
+    "structured",
     "plain_cfg",
     "FLOATS",
     "lfirst",
@@ -223,6 +224,9 @@ is_eye = relation("is_eye", Tensor)  # t is an identity matrix (of a numeric dty
 positive = relation("positive", Tensor)  # t > 0 elementwise (in real arithmetic)
 nonneg = relation("nonneg", Tensor)  # t >= 0 elementwise (in real arithmetic)
 float_dtype = relation("float_dtype", String)  # the floating-point dtype names
+# t is built from lower-rank data: a broadcast, a product of such (an outer product), a constant
+# fill or an identity (products with it are cheap: what distributing a product over a sum needs)
+structured = relation("structured", Tensor)
 # plain_cfg(cfg, d): dots of dtype d under this configuration compute what DEFAULT_CFG computes
 # (no precision override, output in the operand dtype); set by the encoder
 plain_cfg = relation("plain_cfg", i64, String)
@@ -431,6 +435,10 @@ def _shape_rules():
         ).then(*_set(_t, _so, _d))
 
 
+def _shape_rank_below(a, full):
+    return shape(a).length() < full.length()
+
+
 @analysis.register
 def _value_facts():
     # fill: broadcasts, reshapes and float conversions keep a constant fill
@@ -451,6 +459,13 @@ def _value_facts():
         for t in (Tensor.binary("eq", lhs, iota1), Tensor.binary("eq", iota1, lhs)):
             yield rule(eq(_t).to(t), *square, *extra).then(is_eye_mask(_t))
     yield rule(eq(_t).to(Tensor.convert_element_type(_a, _name)), is_eye_mask(_a)).then(is_eye(_t))
+    # structured operands: cheap to multiply by
+    yield rule(eq(_t).to(Tensor.broadcast_in_dim(_a, _sb, _perm)), _shape_rank_below(_a, _sb)).then(
+        structured(_t)
+    )
+    yield rule(eq(_f).to(fill(_t))).then(structured(_t))
+    yield rule(is_eye(_t)).then(structured(_t))
+    yield rule(eq(_t).to(Tensor.mul(_a, _b)), structured(_a), structured(_b)).then(structured(_t))
     # positivity in real arithmetic (domain side conditions of exp/log/sqrt rules)
     yield rule(eq(_t).to(Tensor.unary("exp", _a))).then(positive(_t))
     yield rule(eq(_f).to(fill(_t)), _f > f64(0.0)).then(positive(_t))
@@ -519,6 +534,14 @@ def _dot_groups():
         eq(_lv).to(level(_x)),
     ).then(set_(bfirst(_sa, _sb, _lc, _rc, _cfg, _lv)).to(_o1))
     yield rule(
+        # level and order first: the query planner follows this order, and joining on the level
+        # first keeps the pairs within one level (shapes first: all same-shape dots of the whole
+        # program are paired, 17 s and 6 GB for a 2,000-equation layer stack)
+        eq(_lv).to(level(_x)),
+        eq(_lv).to(level(_y)),
+        eq(_o1).to(order(_x)),
+        eq(_o2).to(order(_y)),
+        _o1 < _o2,
         eq(_x).to(x),
         eq(_y).to(y),
         eq(_sa).to(shape(_a)),
@@ -528,11 +551,6 @@ def _dot_groups():
         eq(_sb).to(shape(_t)),
         ne(_a).to(_c),  # dots sharing an operand merge without copies (rules/merge.py)
         ne(_b).to(_t),
-        eq(_o1).to(order(_x)),
-        eq(_o2).to(order(_y)),
-        _o1 < _o2,
-        eq(_lv).to(level(_x)),
-        eq(_lv).to(level(_y)),
     ).then(set_(bnext(_x)).to(_o2))
 
 

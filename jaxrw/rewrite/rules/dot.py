@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from egglog import Vec, eq, i64, rewrite, rule, union
 
-from ..terms import DEFAULT_CFG, Tensor, float_dtype, is_eye, plain_cfg, shape
+from ..terms import DEFAULT_CFG, Tensor, float_dtype, is_eye, plain_cfg, shape, structured
 from ..terms import fill as fill_
 from . import Rule, register_rule
 from ._util import RING, V, rand, rank, same_dtype, sizes
@@ -182,7 +182,10 @@ def _factor(side):
 
 
 def _expand(side):
-    # A@(B±C) -> A@B ± A@C  (left);  (A±B)@C -> A@C ± B@C  (right)
+    # A@(B±C) -> A@B ± A@C  (left);  (A±B)@C -> A@C ± B@C  (right)   [one summand structured]
+    # Distributing over any sum would multiply products down every residual stream (x_{k+1} =
+    # x_k + f(x_k)): it is kept to sums with a cheap-to-multiply part, e.g. low-rank updates
+    # (A + u vᵀ)@X -> A@X + u (vᵀX).
     out = []
     for combine in (Tensor.add, Tensor.sub):
         if side == "left":
@@ -192,7 +195,8 @@ def _expand(side):
             lhs = dot(combine(A, B), C, nb, l, r, c)
             rhs, same = combine(dot(A, C, nb, l, r, c), dot(B, C, nb, l, r, c)), (A, B)
         conds = [eq(shape(same[0])).to(shape(same[1])), *same_dtype(A, B, C, lhs)]
-        out.append(rewrite(lhs).to(rhs, *conds))
+        for part in same:
+            out.append(rewrite(lhs).to(rhs, *conds, structured(part)))
     return out
 
 
@@ -211,13 +215,17 @@ def _factor_right_example(rng, dt):
 
 
 def _expand_left_example(rng, dt):
+    import jax.numpy as jnp
+
     m, k, n = sizes(rng, 3)
-    return (lambda a, b, c_: a @ (b + c_)), _mats(rng, dt, (m, k), (k, n), (k, n))
+    return (lambda a, b, u, v: a @ (b + jnp.outer(u, v))), _mats(rng, dt, (m, k), (k, n), (k,), (n,))
 
 
 def _expand_right_example(rng, dt):
+    import jax.numpy as jnp
+
     m, k, n = sizes(rng, 3)
-    return (lambda a, b, c_: (a - b) @ c_), _mats(rng, dt, (m, k), (m, k), (k, n))
+    return (lambda a, u, v, c_: (a - jnp.outer(u, v)) @ c_), _mats(rng, dt, (m, k), (m,), (k,), (k, n))
 
 
 _reg(
@@ -241,7 +249,7 @@ _reg(
     "A@(B±C) -> A@B ± A@C",
     False,
     lambda: _expand("left"),
-    "B, C one shape; one dtype",
+    "B, C one shape, one of them structured (broadcast, outer product, fill, identity); one dtype",
     _expand_left_example,
 )
 _reg(
@@ -249,7 +257,7 @@ _reg(
     "(A±B)@C -> A@C ± B@C",
     False,
     lambda: _expand("right"),
-    "A, B one shape; one dtype",
+    "A, B one shape, one of them structured (broadcast, outer product, fill, identity); one dtype",
     _expand_right_example,
 )
 
