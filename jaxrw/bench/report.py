@@ -88,6 +88,22 @@ def rules_summary(report: dict | None, limit: int = 3) -> str:
     return text + (f" +{len(fired) - limit}" if len(fired) > limit else "") if fired else "none"
 
 
+def case_notes(rec: dict) -> str:
+    """The runner's notes plus what the report says beyond rules: hoisted bytes, autotune's pick."""
+    parts = list(rec.get("notes", []))
+    rep = rec.get("report") or {}
+    if rep.get("hoisted_bytes"):
+        parts.append(f"hoisted {rep['hoisted_bytes'] / 2**20:.3g} MiB")
+    if rep.get("hoist_note"):
+        parts.append(str(rep["hoist_note"]))
+    if rec.get("speedup_new_args"):
+        parts.append(f"new weights every call: {rec['speedup_new_args']:.2f}x")
+    tune = rep.get("autotune")
+    if isinstance(tune, dict) and tune.get("winner"):
+        parts.append(f"autotune: {tune['winner']}" + (" (cached)" if tune.get("cached") else ""))
+    return "; ".join(parts)
+
+
 def stop_summary(rec: dict) -> str:
     rep = rec.get("report")
     if rec.get("opt_timeout"):
@@ -153,7 +169,7 @@ def table(result: dict) -> Any:
                 t.add_row(f"{suite}/{r['case']}", *[""] * 9, f"[red]error: {r['error']}[/red]")
                 continue
             rep = r.get("report") or {}
-            notes = "; ".join(r.get("notes", []))
+            notes = case_notes(r)
             rules = rules_summary(rep) or (f"fallback: {r['fallback']}" if r.get("fallback") else "")
             t.add_row(
                 f"{suite}/{r['case']}",

@@ -13,7 +13,16 @@ import json
 import sys
 from pathlib import Path
 
-from .report import SLOWER, fmt_time, fmt_x, rules_summary, same_program, stop_summary, summarize_suites
+from .report import (
+    SLOWER,
+    case_notes,
+    fmt_time,
+    fmt_x,
+    rules_summary,
+    same_program,
+    stop_summary,
+    summarize_suites,
+)
 
 __all__ = ["markdown", "optimization_table", "main"]
 
@@ -36,7 +45,7 @@ def _case_row(suite: str, r: dict) -> list[str]:
         why = f"error: {r['error']}" if r["status"] == "error" else f"skipped: {'; '.join(r['notes'])}"
         return [suite, r["case"], r.get("shape", ""), *["—"] * (len(HEADER) - 4), why]
     v, rep = r["variants"], r.get("report") or {}
-    notes = "; ".join(r.get("notes", []))
+    notes = case_notes(r)
     return [
         suite, r["case"], r.get("shape", ""), fmt_time(v["jax.jit"]["median_s"]),
         fmt_time(v.get("jaxrw", {}).get("median_s")), f"**{fmt_x(r.get('speedup'))}**",
