@@ -46,14 +46,15 @@ __all__ = [
 
 @dataclass
 class Options:
+    """How to run: size and dtype, samples, deadlines. `None` fields take size-dependent defaults."""
+
     size: str = "small"
     dtype: str = "float32"
     repeats: int = 5
     sample_s: float | None = None  # None: 10 ms on CPU, 20 ms on accelerators
     autotune: bool = False
-    opt_timeout_s: float | None = (
-        None  # optimization deadline per case; None: 20 s small, 300 s large; 0: none
-    )
+    # per-case optimization deadline; None: 20 s small, 300 s large; 0: none
+    opt_timeout_s: float | None = None
     warmup: int = 2
     include_heavy: bool = False  # run cases marked heavy at the small size too
     jaxrw: bool = True  # False: jax.jit, hand and the float64 check only (tests of costly cases)
