@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from egglog import Vec, eq, i64, rule, union
 
-from ..terms import Tensor, is_eye_mask, shape
+from ..terms import Tensor, is_eye, is_eye_mask, shape
 from ..terms import fill as fill_
 from . import Rule, register_rule
 from ._util import RING, V, rand, rank, same_dtype, sizes
@@ -209,6 +209,34 @@ _reg(
 )
 
 
+def _diag_sides():
+    # v[:, None] ∘ I -> I ∘ v[None, :] and back: a diagonal matrix scales rows or columns alike
+    out = []
+    for a_dim, b_dim in ((0, 1), (1, 0)):
+        scaled = bcast(S, sa, _iv(a_dim))
+        conds = (rank(S, 1), is_eye(M), eq(sa).to(shape(M)), *same_dtype(S, M))
+        for lhs in (mul(scaled, M), mul(M, scaled)):
+            out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(mul(M, bcast(S, sa, _iv(b_dim))))))
+    return out
+
+
+def _diag_sides_example(rng, dt):
+    import jax.numpy as jnp
+
+    n_, m_ = sizes(rng, 2)
+    return (lambda a, v: a @ jnp.diag(v)), (rand(rng, (m_, n_), dt), rand(rng, (n_,), dt))
+
+
+_reg(
+    "diag_sides",
+    "v[:,None]∘I <-> I∘v[None,:]",
+    False,
+    _diag_sides,
+    "I an identity built in the program; v 1-D; one dtype (inf·0 off the diagonal is NaN)",
+    _diag_sides_example,
+)
+
+
 # --- broadcast operands ----------------------------------------------------------------------------
 
 
@@ -247,6 +275,44 @@ def _bcast_rows_example(rng, dt):
     return f, (rand(rng, (k_,), dt), rand(rng, (k_, m_), dt), rand(rng, (n_, k_), dt), rand(rng, (), dt))
 
 
+def _const_vector_dot():
+    # (c·1)ᵀB -> c·Σ_rows B;  A(c·1) -> c·Σ_cols A   (a constant vector: a sum, not a product)
+    out = []
+    ones = bcast(S, sa, _iv())
+    conds = (rank(S, 0), eq(sa.length()).to(i64(1)))
+    for rb in (1, 2):
+        out.append(
+            rule(eq(x).to(dot(ones, B, 0, 0, r, c)), *conds, rank(B, rb), *same_dtype(S, B, x)).then(
+                union(x).with_(mul(Tensor.sum(B, Vec[i64](r)), S))
+            )
+        )
+        out.append(
+            rule(eq(x).to(dot(B, ones, 0, l, 0, c)), *conds, rank(B, rb), *same_dtype(S, B, x)).then(
+                union(x).with_(mul(Tensor.sum(B, Vec[i64](l)), S))
+            )
+        )
+    return out
+
+
+def _const_vector_example(rng, dt):
+    import jax.numpy as jnp
+
+    n_, m_ = sizes(rng, 2)
+    s_ = rand(rng, (), dt)
+    return (lambda b, s: (jnp.full((n_,), s, b.dtype) @ b, b @ jnp.ones((m_,), b.dtype))), (
+        rand(rng, (n_, m_), dt),
+        s_,
+    )
+
+
+_reg(
+    "const_vector_dot",
+    "(c·1)ᵀB -> c·Σ_rows B, A(c·1) -> c·Σ_cols A",
+    False,
+    _const_vector_dot,
+    "the vector a broadcast scalar; one dtype",
+    _const_vector_example,
+)
 _reg(
     "bcast_rows",
     "(rows all w)@B -> broadcast(w@B), A@(cols all w) -> broadcast(A@w)",

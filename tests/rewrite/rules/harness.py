@@ -3,7 +3,6 @@ compare each with a float64 reference; and `optimize`-level FLOP counts through 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +160,7 @@ def check_choices(sat: Saturated, ref: list[np.ndarray], dtype: Any, limit: int 
 
 
 def xla_flops(fn, *args) -> float:
+    """FLOPs of fn compiled by XLA for these arguments (cost_analysis)."""
     cost = jax.jit(fn).lower(*args).compile().cost_analysis()
     if isinstance(cost, list | tuple):
         cost = cost[0]
@@ -172,5 +172,52 @@ def count_prims(fn, *args, name="dot_general") -> int:
     return sum(1 for e in jaxpr.jaxpr.eqns if e.primitive.name == name)
 
 
-def within(value: float, target: float, frac: float = 0.05) -> bool:
-    return math.isclose(value, target, rel_tol=frac) or value <= target
+class PureFlops:
+    """A cost model counting arithmetic only (the classic matrix-chain objective)."""
+
+    name = "pure-flops"
+
+    def node_cost(self, node, view) -> float:
+        from jaxrw.rewrite.cost import node_flops
+
+        return node_flops(node, view)
+
+
+@dataclass
+class Optimized:
+    fn: Any  # the rewritten program (flat inputs -> flat outputs), or the original
+    report: RewriteReport
+    flops: float  # XLA's count for it
+    dots: int  # dot_general equations in it
+
+
+def optimized(f, args, cost_model: Any = "roofline", extractor: str = "greedy", **kw) -> Optimized:
+    """Rewrite f for these arguments as `jaxrw.optimize` does on this CPU (profile jaxrw CPU) and
+    measure the program it would run: XLA FLOPs and its dot count."""
+    from jaxrw.rewrite.profiles import CPU
+    from jaxrw.rewrite.run import rewrite_jaxpr
+
+    closed, leaves = flat_jaxpr(f, args)
+    res = rewrite_jaxpr(closed, profile=CPU, cost_model=cost_model, extractor=extractor, **kw)
+    if res.fn is not None:
+        fn = res.fn
+    else:
+        tree = jax.tree_util.tree_structure(args)
+
+        def fn(*xs):
+            return jax.tree_util.tree_leaves(f(*jax.tree_util.tree_unflatten(tree, xs)))
+
+    return Optimized(fn, res.report, xla_flops(fn, *leaves), count_prims(fn, *leaves))
+
+
+def reaches(f, best, args, **kw) -> Optimized:
+    """Assert the optimized f is within 5% of the hand-written best's FLOPs and still correct."""
+    opt = optimized(f, args, **kw)
+    leaves = jax.tree_util.tree_leaves(args)
+    want = xla_flops(best, *args)
+    assert opt.flops <= want * 1.05, f"{opt.flops:.4g} FLOPs vs best {want:.4g}\n{opt.report!r}"
+    got = opt.fn(*leaves)
+    ref = jax.tree_util.tree_leaves(jax.jit(f)(*args))
+    for g, w in zip(got, ref, strict=True):
+        assert rel_err(g, w) <= 2 * tolerance(w.dtype) + 1e-6, rel_err(g, w)
+    return opt

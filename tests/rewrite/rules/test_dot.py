@@ -1,0 +1,94 @@
+"""Dot algebra end to end: the extracted program reaches the hand-written optimum (XLA FLOPs).
+
+Matrix chains use a pure-FLOPs cost model, because the classic dynamic program minimises
+multiply-adds only; the other cases use jaxrw's default roofline model with the CPU profile (what
+`optimize` uses on this machine), whose choice must also be the FLOP-optimal program here.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrw
+from jaxrw.rewrite.profiles import CPU
+from jaxrw.rewrite.rules import RULES, select_rules
+
+from .harness import PureFlops, optimized, reaches, xla_flops
+
+
+def chain_dp(dims: list[int]) -> int:
+    """Minimum FLOPs (2 per multiply-add) of the product of matrices dims[i] x dims[i+1]."""
+    n = len(dims) - 1
+    best = [[0] * n for _ in range(n)]
+    for length in range(2, n + 1):
+        for i in range(n - length + 1):
+            j = i + length - 1
+            best[i][j] = min(
+                best[i][k] + best[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1] for k in range(i, j)
+            )
+    return 2 * best[0][n - 1]
+
+
+def _rand(rng, *shape):
+    return jnp.asarray(rng.standard_normal(shape).astype(np.float32))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_matrix_chain_order_is_the_dp_optimum(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(2):
+        n = int(rng.integers(3, 13))
+        dims = [int(x) for x in rng.integers(2, 48, size=n + 1)]
+        mats = [_rand(rng, dims[i], dims[i + 1]) for i in range(n)]
+        opt = optimized(
+            lambda *ms: reduce(lambda a, b: a @ b, ms), tuple(mats), cost_model=PureFlops(), force=True
+        )
+        assert opt.flops == chain_dp(dims), (dims, opt.report)
+        assert opt.report.stop_reason.value == "saturated"
+
+
+def test_chain_times_thin_matrix_through_optimize():
+    rng = np.random.default_rng(0)
+    a, b, c = (_rand(rng, 256, 256) for _ in range(3))
+    v = _rand(rng, 256, 4)
+    fast = jaxrw.optimize(lambda a, b, c, v: a @ b @ c @ v, profile=CPU)
+    want = xla_flops(lambda a, b, c, v: a @ (b @ (c @ v)), a, b, c, v)
+    assert xla_flops(fast, a, b, c, v) <= 1.05 * want
+    np.testing.assert_allclose(fast(a, b, c, v), a @ b @ c @ v, rtol=2e-3, atol=2e-2)
+
+
+def test_factoring_with_scalars_and_subtraction():
+    rng = np.random.default_rng(1)
+    a, b, c = (_rand(rng, 192, 192) for _ in range(3))
+    opt = reaches(lambda a, b, c: a @ b - 0.5 * (a @ c), lambda a, b, c: a @ (b - 0.5 * c), (a, b, c))
+    assert opt.dots == 1
+
+
+def test_transposed_product_times_vector():
+    rng = np.random.default_rng(2)
+    a, b = _rand(rng, 256, 256), _rand(rng, 256, 256)
+    v = _rand(rng, 256, 2)
+    reaches(lambda a, b, v: (a @ b).T @ v, lambda a, b, v: b.T @ (a.T @ v), (a, b, v))
+
+
+def test_identity_and_zero_products_vanish():
+    rng = np.random.default_rng(3)
+    a, b = _rand(rng, 128, 128), _rand(rng, 128, 128)
+    opt = reaches(lambda a, b: jnp.eye(128) @ a @ b + a @ jnp.zeros((128, 128)), lambda a, b: a @ b, (a, b))
+    assert opt.dots == 1
+
+
+def test_strict_numerics_selects_only_exact_rules():
+    strict = select_rules(None, "strict")
+    assert strict and all(r.exact for r in strict)
+    assert {r.name for r in strict} == {n for n, r in RULES.items() if r.exact}
+    assert "dot.assoc_right" not in {r.name for r in strict}
+    rng = np.random.default_rng(4)
+    a, b, c = (_rand(rng, 64, 64) for _ in range(3))
+    v = _rand(rng, 64, 1)
+    opt = optimized(lambda a, b, c, v: a @ b @ c @ v, (a, b, c, v), numerics="strict")
+    assert opt.flops == xla_flops(lambda a, b, c, v: a @ b @ c @ v, a, b, c, v)

@@ -1,0 +1,71 @@
+"""Structured operands end to end (default roofline model, CPU profile)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .harness import reaches
+
+
+def _rand(rng, *shape):
+    return jnp.asarray(rng.standard_normal(shape).astype(np.float32))
+
+
+def test_diagonal_matrix_product_scales_rows():
+    rng = np.random.default_rng(0)
+    v, a, b = _rand(rng, 256), _rand(rng, 256, 256), _rand(rng, 256, 256)
+    opt = reaches(lambda v, a, b: jnp.diag(v) @ a @ b, lambda v, a, b: v[:, None] * (a @ b), (v, a, b))
+    assert opt.dots == 1
+    reaches(lambda a, v: a @ jnp.diag(v), lambda a, v: a * v[None, :], (a, v))
+
+
+def test_identity_product():
+    rng = np.random.default_rng(1)
+    a = _rand(rng, 256, 256)
+    opt = reaches(lambda a: jnp.eye(256) @ a @ jnp.eye(256) + 1, lambda a: a + 1, (a,))
+    assert opt.dots == 0
+
+
+def test_outer_product_times_matrix():
+    rng = np.random.default_rng(2)
+    u, w, a = _rand(rng, 256), _rand(rng, 256), _rand(rng, 256, 256)
+    reaches(lambda u, w, a: jnp.outer(u, w) @ a, lambda u, w, a: u[:, None] * (w @ a)[None, :], (u, w, a))
+
+
+def test_low_rank_update_times_matrix():
+    rng = np.random.default_rng(3)
+    a, u, w = _rand(rng, 256, 256), _rand(rng, 256), _rand(rng, 256)
+    x = _rand(rng, 256, 8)
+    reaches(
+        lambda a, u, w, x: (a + jnp.outer(u, w)) @ x,
+        lambda a, u, w, x: a @ x + u[:, None] * (w @ x)[None, :],
+        (a, u, w, x),
+    )
+
+
+def test_kronecker_product_times_vector_and_matrix():
+    rng = np.random.default_rng(4)
+    a, b = _rand(rng, 16, 12), _rand(rng, 8, 10)
+    x2, x1 = _rand(rng, 120, 3), _rand(rng, 120)
+
+    def best2(a, b, x):
+        y = jnp.einsum("ij,jlc->ilc", a, x.reshape(12, 10, 3))
+        return jnp.einsum("ilc,kl->ikc", y, b).reshape(128, 3)
+
+    def best1(a, b, x):
+        return (a @ x.reshape(12, 10) @ b.T).reshape(128)
+
+    reaches(lambda a, b, x: jnp.kron(a, b) @ x, best2, (a, b, x2))
+    reaches(lambda a, b, x: jnp.kron(a, b) @ x, best1, (a, b, x1))
+
+
+def test_products_with_broadcast_rows_and_columns():
+    rng = np.random.default_rng(5)
+    v, b = _rand(rng, 256), _rand(rng, 256, 256)
+    reaches(
+        lambda v, b: jnp.broadcast_to(v, (256, 256)) @ b,
+        lambda v, b: jnp.broadcast_to(v @ b, (256, 256)),
+        (v, b),
+    )
+    reaches(lambda b: jnp.ones((256, 256)) @ b, lambda b: jnp.broadcast_to(b.sum(0), (256, 256)), (b,))
