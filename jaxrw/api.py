@@ -77,6 +77,7 @@ class _Entry:
     fallback: str | None = None  # the cause, when jax.jit runs instead
     trace: Any = None  # (closed jaxpr, RewriteResult, profile), kept only for explain
     proven: bool = False  # the rewritten program compiled and ran once
+    fn: Callable[..., Any] | None = None  # the program as a plain function (inlined by the fast path)
 
 
 @dataclass(eq=False)  # hashable by identity, like a jitted function
@@ -105,6 +106,8 @@ class Optimized:
     _jitted: Any = field(default=None, repr=False)
     traces: int = 0  # how many signatures were traced (for tests and explain)
     _keep: bool = field(default=False, repr=False)  # keep each signature's RewriteResult (explain)
+    _fast: Any = field(default=None, repr=False)  # jax.jit of `_inline` (see `_fast_path`)
+    _fast_state: str = field(default="unknown", repr=False)  # "on", "off" or "broken"
 
     def __post_init__(self):
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
@@ -115,10 +118,28 @@ class Optimized:
             donate_argnums=self.donate_argnums,
         )
 
+        self._fast = jax.jit(
+            self._inline,
+            static_argnums=self.static_argnums,
+            static_argnames=self.static_argnames,
+            donate_argnums=self.donate_argnums,
+        )
+
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if os.environ.get("JAXRW_DISABLE", "") not in ("", "0"):
             return self._jitted(*args, **kwargs)
+        if self._fast_state == "unknown":
+            self._fast_state = "on" if self._fast_path() else "off"
+        if self._fast_state == "broken":
+            return self._jitted(*args, **kwargs)
+        if self._fast_state == "on":
+            try:
+                return self._fast(*args, **kwargs)
+            except JaxrwError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a fault of the user's arguments, or of jaxrw's?
+                return self._fast_failed(e, args, kwargs)
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
@@ -139,6 +160,48 @@ class Optimized:
         if self.verify and not any(compat.is_tracer(x) for x in leaves):
             self._verify(result, args, kwargs)
         return result
+
+    def _fast_path(self) -> bool:
+        """Whether every signature's program is a plain function that can be inlined into one
+        jax.jit (`_inline`): then calls take jax's C++ dispatch with no Python of jaxrw's on the
+        way. Hoisting and verification need Python on every call; autotune and the thunky
+        scheduler measure when a signature is built, which cannot happen inside a trace."""
+        if self.verify or self.autotune or self.hoist_argnums or self.hoist_argnames or self._keep:
+            return False
+        if self.schedule == "streams":
+            return False
+        if self.schedule == "auto":
+            from .schedule import cuda_available, thunky_available
+
+            return not (thunky_available() and cuda_available())
+        return True
+
+    def _inline(self, *args: Any, **kwargs: Any) -> Any:
+        """Traced by `self._fast` (a jax.jit): this signature's program inlined into jit's trace."""
+        dyn, statics = self._split(args, kwargs)
+        leaves, in_tree = jax.tree_util.tree_flatten(dyn)
+        key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+        if entry.fallback is not None or entry.fn is None:
+            return self.fn(*args, **kwargs)
+        return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
+
+    def _fast_failed(self, e: Exception, args: tuple, kwargs: dict) -> Any:
+        """The inlined program failed to trace, compile or run. If jax.jit of the function fails on
+        the same arguments, they are at fault: its error propagates. Otherwise jaxrw is: fall back
+        to jax.jit from now on with one warning (or raise under strict)."""
+        dyn, _statics = self._split(args, kwargs)  # clear errors for bad static values ...
+        for x in jax.tree_util.tree_leaves(dyn):  # ... and for leaves that are not arrays
+            _leaf_key(x)
+        want = self._jitted(*args, **kwargs)
+        err = RewriteStageError("compile", e)
+        if self.strict:
+            raise err from e
+        warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
+        self._fast_state = "broken"
+        return want
 
     def _first_call_failed(self, entry: _Entry, e: Exception, args: tuple, kwargs: dict) -> Any:
         """The built program failed on its first call. jax.jit runs the same arguments first: if it
@@ -169,6 +232,12 @@ class Optimized:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._fast = jax.jit(
+            self._inline,
+            static_argnums=self.static_argnums,
+            static_argnames=self.static_argnames,
+            donate_argnums=self.donate_argnums,
+        )
 
     # -- internals --------------------------------------------------------------------------
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
@@ -274,7 +343,8 @@ class Optimized:
                     raise err from e
                 warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
                 return _Entry(self._jitted, out_tree, report, fallback=str(err))
-        return _Entry(call, out_tree, report, trace=(closed, result, profile) if self._keep else None)
+        kept = (closed, result, profile) if self._keep else None
+        return _Entry(call, out_tree, report, trace=kept, fn=None if hoisted is not None else fn)
 
     def _autotune(self, result: Any, closed: Any, flat: Callable, leaves: list) -> None:
         """Replace the model's choice by the measured-fastest of it, its runners-up and the original."""
