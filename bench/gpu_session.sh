@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The H200 runs recorded in bench/results/, one step per call (each fits a 10-minute command).
+#
+#   bench/gpu_session.sh install DIR   # wheels in DIR (*.whl): jax 0.12 (+ plugins) into /tmp/site12,
+#                                      # everything else (egglog, highspy, ...) into /tmp/site
+#   bench/gpu_session.sh bench         # every suite, large sizes, float32 and bfloat16 (the image's jax)
+#   bench/gpu_session.sh schedule      # the scheduler cases with jax 0.12 + thunky
+#   bench/gpu_session.sh costcheck     # cost-model check (built-in profile), calibrate, check again
+#
+# Results go to $OUT (default bench/out). The image's jax (0.11.2 on the H200 here) serves bench and
+# costcheck; schedule needs jax >= 0.12 for jax.experimental.thunky.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+base_path="/tmp/site:$PWD"
+case "${1:-}" in
+  install)
+    dir=${2:?wheel directory}
+    mkdir -p /tmp/site /tmp/site12
+    pip_in() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$@"; }
+    pip_in /tmp/site $(ls "$dir"/*.whl | grep -v '/jax') && pip_in /tmp/site12 "$dir"/jax*.whl
+    PYTHONPATH=$base_path python3 -c "import jax, egglog, highspy; print('jax', jax.__version__, jax.devices()[0])"
+    PYTHONPATH=/tmp/site12:$base_path python3 -c "import jax; from jax.experimental import thunky; print('jax', jax.__version__, 'thunky ok')"
+    ;;
+  bench)
+    PYTHONPATH=$base_path OUT=$OUT BUDGET=${BUDGET:-140} bash bench/run_h200.sh "${@:2}"
+    ;;
+  schedule)
+    PYTHONPATH=/tmp/site12:$base_path OUT=$OUT python3 bench/schedule_h200.py "${@:2}"
+    ;;
+  costcheck)
+    export PYTHONPATH=$base_path JAXRW_CACHE_DIR=/tmp/jaxrw-cache
+    python3 -m jaxrw.bench.costcheck --size large --profile h200 --json "$OUT/costcheck-h200-builtin.json" \
+      > "$OUT/costcheck-builtin.txt" 2>&1; tail -1 "$OUT/costcheck-builtin.txt"
+    python3 -m jaxrw.cli calibrate --output "$JAXRW_CACHE_DIR/profile-cuda.json"
+    cp "$JAXRW_CACHE_DIR/profile-cuda.json" "$OUT/profile-h200-calibrated.json"
+    python3 -m jaxrw.bench.costcheck --size large --json "$OUT/costcheck-h200-calibrated.json" \
+      > "$OUT/costcheck-calibrated.txt" 2>&1; tail -1 "$OUT/costcheck-calibrated.txt"
+    ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck" >&2; exit 2 ;;
+esac
