@@ -9,7 +9,7 @@ are really matrix-vector products become dots (so associativity can then move th
 
 from __future__ import annotations
 
-from egglog import Vec, eq, i64, rewrite, rule, union
+from egglog import String, Vec, eq, i64, ne, rewrite, rule, union
 
 from ..terms import DEFAULT_CFG, Tensor, is_eye, is_eye_mask, shape
 from ..terms import fill as fill_
@@ -22,6 +22,7 @@ nb, l, r, c, ax, s0, s1, k = V.nb, V.l, V.r, V.c, V.ax, V.s0, V.s1, V.k
 dot, sum_ = Tensor.dot, Tensor.sum
 T2 = Vec[i64](i64(1), i64(0))
 F32 = "float32"
+LOW = ("bfloat16", "float16")
 
 
 def _reg(name, identity, exact, build, conditions, example):
@@ -118,8 +119,17 @@ def _diag_dot():
                     (_axes(0), _axes(1)),
                     (_axes(1), _axes(1)),
                 ):
-                    for lhs, up in _sum_of(masked, axes):
-                        out.append(rewrite(lhs).to(sum_(up(hadamard), new_axes), *conds, *extra))
+                    plain, upcast = _sum_of(masked, axes)
+                    lhs, up = upcast
+                    out.append(rewrite(lhs).to(sum_(up(hadamard), new_axes), *conds, *extra))
+                    # summed in its own dtype: the new, longer sum accumulates in float32 for
+                    # bf16/f16 (it lands in the program's class, where decode would not upcast)
+                    lhs, _ = plain
+                    high = (ne(V.d).to(String(LOW[0])), ne(V.d).to(String(LOW[1])))
+                    out.append(rewrite(lhs).to(sum_(hadamard, new_axes), *conds, *extra, *high))
+                    for low in LOW:
+                        acc = Tensor.convert_element_type(sum_(up(hadamard), new_axes), low)
+                        out.append(rewrite(lhs).to(acc, *conds, *extra, eq(V.d).to(String(low))))
     return out
 
 
@@ -130,8 +140,11 @@ def _trace_example(rng, dt):
     a, b = rand(rng, (n_, k_), dt), rand(rng, (k_, n_), dt)
 
     def f(a_, b_):
+        from jax import lax
+
         eye = jnp.eye(n_, dtype=a_.dtype)
-        return jnp.trace(a_ @ b_), ((b_.T @ a_.T) * eye).sum(1), (eye * (a_ @ b_)).sum(0)
+        direct = lax.reduce_sum((a_ @ b_) * eye, (0, 1))  # summed in its own dtype, even bf16
+        return jnp.trace(a_ @ b_), ((b_.T @ a_.T) * eye).sum(1), (eye * (a_ @ b_)).sum(0), direct
 
     return f, (a, b)
 

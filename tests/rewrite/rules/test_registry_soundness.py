@@ -17,7 +17,7 @@ PREREQUISITES = {
     "dot.adopt_cfg": ["reduce.weighted_sum"],
     "structured.diag_sides": ["structured.select_eye", "structured.bcast_compose", "structured.pad_noop"],
 }
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1)  # float32; bfloat16 and int32 use the first
 CASES = [
     pytest.param(name, dt, seed, id=f"{name}-{dt}-{seed}")
     for name in sorted(RULES)
