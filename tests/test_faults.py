@@ -145,3 +145,21 @@ def test_a_fault_when_the_program_runs_falls_back(monkeypatch):
     with pytest.raises(RewriteStageError, match="injected") as info:
         jaxrw.optimize(f, strict=True, limits=jaxrw.Limits(min_gain=0))(*args)
     assert info.value.stage == "compile"
+
+
+def test_a_rust_panic_in_egglog_falls_back(monkeypatch):
+    """pyo3 turns a Rust panic into PanicException, a BaseException: it must not escape."""
+    import jaxrw.rewrite.run as run_mod
+
+    class FakePanic(BaseException):
+        pass
+
+    def panic(*a, **k):
+        raise FakePanic("called `Option::unwrap()` on a `None` value")
+
+    monkeypatch.setattr(run_mod, "saturate", panic)
+    a = jnp.ones((4, 4))
+    opt = jaxrw.optimize(lambda a: a @ a + a @ a)
+    with pytest.warns(UserWarning, match="rewrite stage failed: FakePanic"):
+        out = opt(a)
+    np.testing.assert_allclose(out, 2 * (a @ a))

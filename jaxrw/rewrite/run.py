@@ -159,7 +159,9 @@ def _stage(name: str, fn: Callable, *args: Any, **kw: Any) -> Any:
         return fn(*args, **kw)
     except JaxrwError:  # deliberate errors (unsupported program, bad option) keep their type
         raise
-    except Exception as e:  # noqa: BLE001 - every internal failure is reported with its stage
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - a Rust panic in egglog arrives as a BaseException
         raise RewriteStageError(name, e) from e
 
 
