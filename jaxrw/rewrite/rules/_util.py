@@ -7,13 +7,32 @@ from egglog import String, Vec, eq, i64, vars_
 
 from ..terms import Tensor, dtype, shape
 
-__all__ = ["rand", "sizes", "same_dtype", "rank", "FLOAT", "RING", "V"]
+__all__ = ["rand", "sizes", "same_dtype", "rank", "FLOAT", "RING", "V", "FAST_ONLY"]
 
 # Dtypes an example is checked in: FLOAT for rules exact only over the reals or in floating point,
 # RING for rules that also hold in integer arithmetic with wrap-around (rings Z/2^n): sums and
 # products reassociate and distribute there, so such rules are sound for int32 too.
 FLOAT = ("float32", "bfloat16")
 RING = ("float32", "bfloat16", "int32")
+
+
+# Rules that may turn a NaN/Inf result finite (or the reverse) even where the non-finite inputs reach
+# the result in the program as written: they drop or add products with zero (x·0 -> 0, I@A -> A,
+# where(I, X, 0) -> X∘I) or hold only on a domain or without overflow (exp(log x) -> x for x > 0,
+# log(exp x) -> x, sqrt(x²) -> |x|). Issue 7's numerics="fast" level is where they belong;
+# "default" keeps reassociation (which can only swap NaN and Inf for non-finite inputs).
+FAST_ONLY = frozenset(
+    {
+        "dot.zero",
+        "dot.identity",
+        "elementwise.zero",
+        "elementwise.exp_log",
+        "elementwise.sqrt",
+        "reduce.diag_dot_eye",
+        "structured.select_eye",
+        "structured.diag_sides",
+    }
+)
 
 
 class _Vars:

@@ -96,14 +96,17 @@ _reg("split_sum", "Σ_{a,b} X -> Σ_a Σ_b X", False, _split_sum, "two axes, a <
 # --- traces and diagonals ---------------------------------------------------------------------------
 
 
-def _masked(t):
-    """Patterns of `t` kept on the diagonal only: where(I, t, 0), t∘I, I∘t (with side conditions)."""
-    yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0))
-    yield Tensor.mul(t, E), (is_eye(E),)
-    yield Tensor.mul(E, t), (is_eye(E),)
+def _masked(t, form):
+    """Patterns of `t` kept on the diagonal only: where(I, t, 0) ("select", jnp.trace), or t∘I
+    and I∘t ("eye": off the diagonal inf·0 is NaN there, which the rewrite does not compute)."""
+    if form == "select":
+        yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0))
+    else:
+        yield Tensor.mul(t, E), (is_eye(E),)
+        yield Tensor.mul(E, t), (is_eye(E),)
 
 
-def _diag_dot():
+def _diag_dot(form):
     # diag(A·B) -> Σ_k Ã∘B̃ ;  trace(A·B) -> Σ Ã∘B̃   with Ã = A or Aᵀ, B̃ = B or Bᵀ as [i, k]
     out = []
     for lc in (0, 1):
@@ -113,7 +116,7 @@ def _diag_dot():
             b_ = B if rc == 1 else Tensor.transpose(B, T2)
             hadamard = Tensor.mul(a_, b_)
             conds = (rank(A, 2), rank(B, 2), *same_dtype(A, B, prod))
-            for masked, extra in _masked(prod):
+            for masked, extra in _masked(prod, form):
                 for axes, new_axes in (
                     (_axes(0, 1), _axes(0, 1)),
                     (_axes(0), _axes(1)),
@@ -153,8 +156,17 @@ _reg(
     "diag_dot",
     "trace(AB) -> Σ A∘Bᵀ, diag(AB) -> Σ_k A∘Bᵀ",
     False,
-    _diag_dot,
-    "2-D operands; the diagonal selected by an identity mask built in the program; one dtype",
+    lambda: _diag_dot("select"),
+    "2-D operands; the diagonal selected by where(I, ·, 0) with I built in the program; one dtype",
+    _trace_example,
+)
+_reg(
+    "diag_dot_eye",
+    "Σ (AB)∘I -> Σ A∘Bᵀ (and the diagonal)",
+    False,
+    lambda: _diag_dot("eye"),
+    "2-D operands; the diagonal selected by a product with an identity built in the program; one dtype "
+    "(an inf off the diagonal gave NaN before, a finite value after)",
     _trace_example,
 )
 

@@ -316,7 +316,7 @@ _reg(
 _reg(
     "bcast_rows",
     "(rows all w)@B -> broadcast(w@B), A@(cols all w) -> broadcast(A@w)",
-    False,
+    True,
     _bcast_rows,
     "the operand a broadcast of a vector (or scalar) along its free axis; one dtype",
     _bcast_rows_example,

@@ -45,3 +45,10 @@ def test_every_rule_is_described():
         assert name.startswith(rule.family + "."), name
         assert rule.identity and rule.conditions, name
         assert isinstance(rule.exact, bool)
+
+
+def test_fast_only_rules_are_inexact_and_registered():
+    from jaxrw.rewrite.rules._util import FAST_ONLY
+
+    assert FAST_ONLY <= set(RULES)
+    assert not any(RULES[n].exact for n in FAST_ONLY)
