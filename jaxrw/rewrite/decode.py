@@ -179,6 +179,7 @@ DECODERS: dict[str, Callable[[_Ctx, Node, list[Any]], Any]] = {
     "select_n": lambda ctx, n, v: lax.select_n(*v),
     "iota": lambda ctx, n, v: lax.broadcasted_iota(jnp.dtype(n.attrs[0]), tuple(n.attrs[1]), n.attrs[2]),
     "pad": _pad,
+    "slice_nd": lambda ctx, n, v: lax.slice(v[0], tuple(n.attrs[0]), tuple(n.attrs[1])),
     "reduce_max": _reduce_typed(lax.reduce_max),
     "reduce_min": _reduce_typed(lax.reduce_min),
 }

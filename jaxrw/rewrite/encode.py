@@ -302,6 +302,8 @@ class _Encoder:
             if len(cut) == 1:
                 ax = cut[0]
                 return Tensor.slice(ins[0], ax, int(p["start_indices"][ax]), int(p["limit_indices"][ax]))
+            if len(cut) > 1 and p.get("strides") is None:
+                return Tensor.slice_nd(ins[0], _ivec(p["start_indices"]), _ivec(p["limit_indices"]))
         if name == "reduce_sum" and extra_none and len(p["axes"]) in (1, 2):
             return Tensor.sum(ins[0], Vec[i64](*[i64(int(a)) for a in sorted(p["axes"])]))
         return self.typed_ops(eqn, ins)

@@ -138,6 +138,10 @@ class Tensor(Expr):
         """A unit-stride slice along one axis."""
 
     @classmethod
+    def slice_nd(cls, a: Tensor, starts: Vec[i64], limits: Vec[i64]) -> Tensor:
+        """A unit-stride slice along several axes (rules split it into `slice`s)."""
+
+    @classmethod
     def broadcast_in_dim(cls, a: Tensor, shape: Vec[i64], dims: Vec[i64]) -> Tensor:
         """Operand axis i becomes output axis dims[i] (size equal, or 1 and broadcast)."""
 

@@ -302,6 +302,26 @@ def _concat_slices():
     return [rewrite(concat(slice_(X, ax, s0, s1), slice_(X, ax, s1, V.j), ax)).to(slice_(X, ax, s0, V.j))]
 
 
+def _slice_split():
+    # X[a:b, c:d, ..] -> X[a:b][:, c:d]..   (one single-axis slice per axis; full ones then vanish)
+    st, lim = V.sa, V.sb
+    out = []
+    for rk in (2, 3, 4):
+        bounds = list(vars_(" ".join(f"s{i} e{i}" for i in range(rk)), i64))
+        conds = [eq(st.length()).to(i64(rk))]
+        nested = X
+        for i in range(rk):
+            conds += [eq(bounds[2 * i]).to(st[i]), eq(bounds[2 * i + 1]).to(lim[i])]
+            nested = slice_(nested, i, bounds[2 * i], bounds[2 * i + 1])
+        out.append(rule(eq(x).to(Tensor.slice_nd(X, st, lim)), *conds).then(union(x).with_(nested)))
+    return out
+
+
+def _slice_split_example(rng, dt):
+    n_, m_ = sizes(rng, 2, 5, 33)
+    return (lambda u, w: ((u @ w)[1, 3], u[1:4, 2:5] * 2)), (rand(rng, (n_, m_), dt), rand(rng, (m_, n_), dt))
+
+
 def _slice_concat_example(rng, dt):
     import jax.numpy as jnp
 
@@ -327,6 +347,13 @@ def _concat_slices_example(rng, dt):
     return (lambda u: jnp.concatenate([u[1:4], u[4:n_]], 0) * 2), (rand(rng, (n_, 3), dt),)
 
 
+_reg(
+    "slice_split",
+    "X[a:b, c:d] -> X[a:b][:, c:d]",
+    _slice_split,
+    "unit strides; rank 2-4",
+    _slice_split_example,
+)
 _reg(
     "slice_concat",
     "[X|Y][a:b] -> X, Y or a slice of one part",

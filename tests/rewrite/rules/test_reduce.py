@@ -40,6 +40,7 @@ def test_sums_rows_and_elements_of_products():
     reaches(lambda a, b: (a @ b).sum(0), lambda a, b: a.sum(0) @ b, (a, b))
     reaches(lambda a, b: (a @ b)[3], lambda a, b: a[3] @ b, (a, b))
     reaches(lambda a, b: (a @ b)[:, 7], lambda a, b: a @ b[:, 7], (a, b))
+    reaches(lambda a, b: (a @ b)[1, 7], lambda a, b: a[1] @ b[:, 7], (a, b))
     reaches(lambda a, b, w: (w[:, None] * (a @ b)).sum(0), lambda a, b, w: (w @ a) @ b, (a, b, w))
 
 
