@@ -248,8 +248,9 @@ def _weighted_sum():
         rhs = dot(w, X, 0, 0, 0, DEFAULT_CFG) if axis == 0 else dot(X, w, 0, 1, 0, DEFAULT_CFG)
         conds = (rank(X, 2), rank(w, 1), eq(shape(X)[axis]).to(shape(w)[0]), *same_dtype(X, w))
         for prod in (Tensor.mul(X, bw), Tensor.mul(bw, X)):
+            full = eq(shape(X)).to(shape(prod))  # X itself not broadcast by the product
             for lhs, up in _sum_of(prod, _axes(axis)):
-                out.append(rewrite(lhs).to(up(rhs), *conds))
+                out.append(rewrite(lhs).to(up(rhs), *conds, full))
     conds = (rank(X, 1), rank(w, 1), eq(shape(X)).to(shape(w)), *same_dtype(X, w))
     for lhs, up in _sum_of(Tensor.mul(X, w), _axes(0)):
         out.append(rewrite(lhs).to(up(dot(X, w, 0, 0, 0, DEFAULT_CFG)), *conds))
@@ -258,7 +259,14 @@ def _weighted_sum():
 
 def _weighted_sum_example(rng, dt):
     m_, n_ = sizes(rng, 2)
-    return (lambda a, u, v: ((a * u[:, None]).sum(0), (v[None, :] * a).sum(1), (u * u).sum())), (
+
+    def f(a, u, v):
+        from jax import lax
+
+        wide = (lax.broadcast_in_dim(u, (m_, n_), (0,)) * a[:, :1]).sum(0)  # a broadcast: not a dot
+        return (a * u[:, None]).sum(0), (v[None, :] * a).sum(1), (u * u).sum(), wide
+
+    return f, (
         rand(rng, (m_, n_), dt),
         rand(rng, (m_,), dt),
         rand(rng, (n_,), dt),
