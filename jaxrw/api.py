@@ -305,7 +305,7 @@ class Optimized:
             )
             if result.report.hoist_note and slow:
                 warnings.warn(f"jaxrw: {_name(self.fn)}: {result.report.hoist_note}", stacklevel=3)
-            if tune:
+            if tune and result.program is not None:  # not encoded (size limit): nothing to tune
                 self._autotune(result, closed, flat, leaves)
             if result.fn is not None:
                 _check_decoded(result.fn, specs, closed)

@@ -465,10 +465,11 @@ def programs(
     for _ in range(draw(st.integers(1, 2))):
         g.leaf(g.shape(1, 3), fdt)
     for _ in range(draw(st.integers(1, max_steps))):
-        step = draw(st.sampled_from(_Gen.STEPS))
-        x = g.pick()
-        made = getattr(g, step)(x)
-        if made is None:
+        for _attempt in range(3):  # a step that does not fit the operand is drawn again
+            x = g.pick()
+            if getattr(g, draw(st.sampled_from(_Gen.STEPS)))(x) is not None:
+                break
+        else:
             g.unary(x)
     n = len(g.values)
     extra = draw(st.lists(st.integers(0, n - 1), max_size=2))

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from egglog import EGraph, String, Vec, f64, i64, set_
+from egglog import EGraph, String, Vec, f64, i64, let, set_
+
+try:  # egglog 14: a reference to a let-bound term, made without a round trip to the e-graph
+    from egglog.declarations import LetRefDecl as _LetRefDecl
+    from egglog.declarations import TypedExprDecl as _TypedExprDecl
+    from egglog.runtime import RuntimeExpr as _RuntimeExpr
+except ImportError:  # pragma: no cover - other egglog versions fall back to EGraph.let
+    _LetRefDecl = None
 
 from .. import compat
 from ..errors import UnsupportedProgramError
@@ -30,7 +37,7 @@ from .terms import (
     shape,
 )
 
-__all__ = ["Program", "encode", "UNARY", "BINARY", "ELEMENTWISE_TYPED"]
+__all__ = ["Program", "encode", "count_equations", "UNARY", "BINARY", "ELEMENTWISE_TYPED"]
 
 # Elementwise primitives with a typed or named constructor (decoded through jax.lax).
 ELEMENTWISE_TYPED = {
@@ -155,6 +162,9 @@ class _Encoder:
         self.const_is_arg: list[bool] = []
         self.levels: dict[int, int] = {}  # id(term) -> longest path from an input
         self.alive: list[Tensor] = []  # keeps the terms whose ids key `levels`
+        self.n_bound = 0  # let-bound equation terms (see `bind`)
+        self.lets: list[Any] = []  # their `let` actions, registered in one batch
+        self.type_values: dict[tuple, tuple[Vec[i64], String]] = {}  # (shape, dtype) -> fact values
 
     # --- side tables -------------------------------------------------------------------------
     def const(self, value: Any, aval: Any, literal: bool) -> Tensor:
@@ -197,8 +207,24 @@ class _Encoder:
         self.alive.append(t)
 
     def note_type(self, t: Tensor, aval: Any) -> None:
-        self.facts.append(set_(shape(t)).to(Vec[i64](*[i64(int(d)) for d in aval.shape])))
-        self.facts.append(set_(dtype(t)).to(String(str(aval.dtype))))
+        key = (tuple(aval.shape), str(aval.dtype))
+        values = self.type_values.get(key)
+        if values is None:  # built once per distinct type: egglog expressions are costly to make
+            values = self.type_values[key] = (Vec[i64](*[i64(int(d)) for d in key[0]]), String(key[1]))
+        self.facts.append(set_(shape(t)).to(values[0]))
+        self.facts.append(set_(dtype(t)).to(values[1]))
+
+    def bind(self, t: Tensor) -> Tensor:
+        """A let-bound name for an equation's term (the `let` is registered with the facts).
+        Terms built on the name, and facts about it, stay O(1) in size; unbound, each term would
+        hold the whole program below it and encoding would be quadratic in the equation count."""
+        self.n_bound += 1
+        name = f"jx{self.n_bound}"
+        if _LetRefDecl is None:  # pragma: no cover - other egglog versions: one round trip per term
+            return self.egraph.let(name, t)
+        self.lets.append(let(name, t))
+        typed = _TypedExprDecl(t.__egg_typed_expr__.tp, _LetRefDecl(name))  # t is a RuntimeExpr
+        return _RuntimeExpr.__from_values__(t.__egg_decls__, typed)
 
     # --- walking -----------------------------------------------------------------------------
     def read(self, env: dict, v: Any) -> Tensor:
@@ -222,7 +248,7 @@ class _Encoder:
             else:
                 self.n_equations += 1
                 self.primitives[name] = self.primitives.get(name, 0) + 1
-                outs = self.equation(eqn, ins)
+                outs = [self.bind(o) for o in self.equation(eqn, ins)]
                 lvl = 1 + max((self.levels.get(id(t), 0) for t in ins), default=0)
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
@@ -387,6 +413,8 @@ def encode(closed: Any, body_hook: Any = None) -> Program:
     consts = [enc.const(c, _aval(c), literal=False) for c in closed.consts]
     outs = enc.run(closed.jaxpr, consts, args)
     eg = enc.egraph
+    if enc.lets:
+        eg.register(*enc.lets)
     eg.register(*[Out.of(i, t) for i, t in enumerate(outs)])
     enc.facts.append(set_(cfg_dtype(i64(DEFAULT_CFG))).to(String("")))
     eg.register(*enc.facts)
@@ -403,6 +431,14 @@ def encode(closed: Any, body_hook: Any = None) -> Program:
         const_is_arg=enc.const_is_arg,
         eqn_fns=enc.eqn_fns,
     )
+
+
+def count_equations(jaxpr: Any) -> int:
+    """The equations `encode` would see (nested jit/closed_call/remat bodies inlined), cheaply."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += count_equations(compat.call_body(eqn).jaxpr) if eqn.primitive.name in compat.INLINED_CALLS else 1
+    return n
 
 
 def params_json(params: dict) -> str:

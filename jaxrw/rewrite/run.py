@@ -19,7 +19,7 @@ from egglog import run as run_schedule
 from ..errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .cost import CostModel, get_cost_model
 from .decode import decode
-from .encode import Program, encode
+from .encode import Program, count_equations, encode
 from .extract import Extraction, dag_cost, get_extractor, node_costs
 from .graph import EGraphView
 from .profiles import Profile
@@ -40,6 +40,7 @@ class StopReason(enum.Enum):
     NODE_LIMIT = "node limit"
     TIME_LIMIT = "time limit"
     NO_RULES = "no rules"
+    SIZE_LIMIT = "size limit"  # the program has more equations than limits.equations: not encoded
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,11 @@ class Limits:
     time_s: float = 10.0
     # the guard: a rewrite is taken only when it is predicted this fraction faster
     min_gain: float = 0.03
+    # larger programs are kept as written (encoding costs ~1 ms per equation; bench/README-scale.md)
+    equations: int = 10_000
 
     def __post_init__(self):
-        for name in ("iterations", "nodes", "time_s"):
+        for name in ("iterations", "nodes", "time_s", "equations"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or v <= 0:
                 raise InvalidOptionError(f"limits.{name} must be a positive number; got {v!r}")
@@ -147,7 +150,7 @@ class RewriteReport:
 class RewriteResult:
     fn: Callable[..., list[Any]] | None  # None: keep the original program
     report: RewriteReport
-    program: Program
+    program: Program | None  # None: not encoded (over limits.equations)
     view: EGraphView | None = None
     extraction: Extraction | None = None
     costs: dict[str, float] | None = None
@@ -184,6 +187,7 @@ def saturate(program: Program, rules: Sequence[Rule], limits: Limits, report: Re
     t0 = time.perf_counter()
     report.stop_reason = StopReason.ITERATION_LIMIT
     for i in range(limits.iterations):
+        before_iteration = time.perf_counter() - t0
         rep = eg.run(run_schedule(rs) + analysis.saturate())
         report.iterations = i + 1
         for decl, n in rep.num_matches_per_rule.items():
@@ -197,7 +201,9 @@ def saturate(program: Program, rules: Sequence[Rule], limits: Limits, report: Re
         if size > limits.nodes:
             report.stop_reason = StopReason.NODE_LIMIT
             break
-        if time.perf_counter() - t0 > limits.time_s:
+        elapsed = time.perf_counter() - t0
+        # stop when the next iteration, which costs at least what this one did, would overrun
+        if elapsed > limits.time_s or elapsed + (elapsed - before_iteration) > limits.time_s:
             report.stop_reason = StopReason.TIME_LIMIT
             break
 
@@ -228,6 +234,12 @@ def rewrite_jaxpr(
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
     report = RewriteReport(cost_model=model.name, hoist_note=_note)
+    n_eqns = count_equations(closed.jaxpr)
+    if n_eqns > limits.equations:
+        report.n_equations, report.n_outputs = n_eqns, len(closed.jaxpr.outvars)
+        report.stop_reason = StopReason.SIZE_LIMIT
+        report.guard_note = f"{n_eqns} equations > limits.equations {limits.equations}: not rewritten"
+        return RewriteResult(None, report, None)
     t = time.perf_counter()
     hook = None
     if control_flow:

@@ -496,16 +496,16 @@ def _dot_groups():
         yield rule(eq(_x).to(x), *one_free, eq(_o1).to(order(_x)), eq(_lv).to(level(_x))).then(
             set_(lfirst(_a, nb, _lc, _rc, _cfg, _lv)).to(_o1)
         )
-        yield rule(
+        yield rule(  # level first (see bnext below): pairs only within one level
+            eq(_lv).to(level(_x)),
+            eq(_lv).to(level(_y)),
+            eq(_o1).to(order(_x)),
+            eq(_o2).to(order(_y)),
+            _o1 < _o2,
             eq(_x).to(x),
             eq(_y).to(y),
             *one_free,
             eq(shape(_c).length()).to(i64(nb + 2)),
-            eq(_o1).to(order(_x)),
-            eq(_o2).to(order(_y)),
-            _o1 < _o2,
-            eq(_lv).to(level(_x)),
-            eq(_lv).to(level(_y)),
         ).then(set_(lnext(_x)).to(_o2))
         # right-shared: dot(B, a) with B of rank nb+2
         one_free = (eq(shape(_b).length()).to(i64(nb + 2)),)
@@ -514,16 +514,16 @@ def _dot_groups():
         yield rule(eq(_x).to(x), *one_free, eq(_o1).to(order(_x)), eq(_lv).to(level(_x))).then(
             set_(rfirst(_a, nb, _lc, _rc, _cfg, _lv)).to(_o1)
         )
-        yield rule(
+        yield rule(  # level first (see bnext below): pairs only within one level
+            eq(_lv).to(level(_x)),
+            eq(_lv).to(level(_y)),
+            eq(_o1).to(order(_x)),
+            eq(_o2).to(order(_y)),
+            _o1 < _o2,
             eq(_x).to(x),
             eq(_y).to(y),
             *one_free,
             eq(shape(_c).length()).to(i64(nb + 2)),
-            eq(_o1).to(order(_x)),
-            eq(_o2).to(order(_y)),
-            _o1 < _o2,
-            eq(_lv).to(level(_x)),
-            eq(_lv).to(level(_y)),
         ).then(set_(rnext(_x)).to(_o2))
     # equal shapes, unbatched, operands of rank <= 2: candidates for one batched dot
     x = Tensor.dot(_a, _b, 0, _lc, _rc, _cfg)

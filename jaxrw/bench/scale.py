@@ -1,0 +1,122 @@
+"""Optimization time and peak memory on long programs: `python -m jaxrw.bench.scale --eqns 2000 20000`.
+
+The program is a deep stack of dense layers with elementwise work (`x + tanh(x @ W_i + b_i) * s`,
+four weight sets reused, so dot rules have something to match). Each size runs in a fresh
+subprocess, so the peak resident memory (getrusage: Python and egglog's Rust heap) is that
+size's own; `--tracemalloc` adds the peak of Python-side allocations from a second, untimed
+build. Reported per size: equations, phase times of the rewrite (encode, rewrite, extract,
+decode), the whole `optimize` build (trace to compiled-ready callable), the first call (XLA
+compile and run) and the stop reason. The bar (issue 7): a program of 20,000 equations is
+optimized or cleanly limited within 60 s and 4 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from typing import Any
+
+__all__ = ["program", "measure", "main"]
+
+
+def program(n_eqns: int, width: int = 16) -> tuple[Any, tuple]:
+    """A layer stack with about `n_eqns` equations, and its arguments."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    layers = max(1, n_eqns // 6)  # dot, add (bias broadcast), tanh, mul, add, plus the bias broadcast
+    rng = np.random.default_rng(0)
+    scale = 1 / np.sqrt(width)
+    ws = [jnp.asarray(rng.standard_normal((width, width)).astype(np.float32) * scale) for _ in range(4)]
+    bs = [jnp.asarray(rng.standard_normal(width).astype(np.float32) * 0.1) for _ in range(4)]
+    x = jnp.asarray(rng.standard_normal((8, width)).astype(np.float32))
+
+    def f(x, ws, bs):
+        for i in range(layers):
+            x = x + jnp.tanh(x @ ws[i % 4] + bs[i % 4]) * 0.5
+        return x
+
+    return f, (x, ws, bs)
+
+
+def measure(n_eqns: int, time_s: float, trace_python: bool = False) -> dict[str, Any]:
+    """Optimize one program in this process and return the measurements."""
+    import jax
+
+    import jaxrw
+
+    f, args = program(n_eqns)
+    n = len(jax.make_jaxpr(f)(*args).jaxpr.eqns)
+    t0 = time.perf_counter()
+    opt = jaxrw.optimize(f, limits=jaxrw.Limits(time_s=time_s))
+    rep = opt.report(*args)
+    build_s = time.perf_counter() - t0
+    py_peak = 0
+    if trace_python:  # a second build under tracemalloc (which slows allocation: not timed)
+        tracemalloc.start()
+        jaxrw.optimize(f, limits=jaxrw.Limits(time_s=time_s)).report(*args)
+        py_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    t1 = time.perf_counter()
+    jax.block_until_ready(opt(*args))
+    first_s = time.perf_counter() - t1
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "equations": n,
+        "build_s": round(build_s, 2),
+        "first_call_s": round(first_s, 2),
+        "phases_s": {k: round(v, 2) for k, v in (rep.phase_s if rep else {}).items()},
+        "stop_reason": rep.stop_reason.value if rep else "fallback",
+        "rewritten": bool(rep and rep.rewritten),
+        "egraph_nodes": rep.egraph_nodes if rep else 0,
+        "extractor": f"{rep.extractor} {rep.extractor_note}".strip() if rep else "",
+        "peak_rss_mib": round(rss / 2**20),
+        "python_peak_mib": round(py_peak / 2**20),
+        "jax": jax.__version__,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.scale", description=__doc__.splitlines()[0])
+    ap.add_argument("--eqns", type=int, nargs="+", default=[2000, 20000])
+    ap.add_argument("--time-s", type=float, default=10.0, help="Limits.time_s for saturation")
+    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--tracemalloc", action="store_true", help="also measure Python-side peak memory")
+    ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # child mode
+    a = ap.parse_args(argv)
+    if a.one is not None:
+        print(json.dumps(measure(a.one, a.time_s, a.tracemalloc)))
+        return 0
+    rows = []
+    for n in a.eqns:
+        cmd = [sys.executable, "-m", "jaxrw.bench.scale", "--one", str(n), "--time-s", str(a.time_s)]
+        cmd += ["--tracemalloc"] if a.tracemalloc else []
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"{n} equations: failed after {time.perf_counter() - t0:.0f}s\n{proc.stderr[-2000:]}")
+            rows.append({"requested": n, "error": proc.stderr[-500:]})
+            continue
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        ok = row["build_s"] <= 60 and row["peak_rss_mib"] <= 4096
+        print(
+            f"{row['equations']:>6} eqns: build {row['build_s']:6.1f}s  "
+            f"first call {row['first_call_s']:6.1f}s  "
+            f"phases {row['phases_s']}  stop {row['stop_reason']}  rewritten {row['rewritten']}  "
+            f"peak RSS {row['peak_rss_mib']} MiB (python {row['python_peak_mib']})  {'OK' if ok else 'OVER'}",
+            flush=True,
+        )
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

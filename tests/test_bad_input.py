@@ -1,0 +1,396 @@
+"""Bad and unusual input: each gives a clear error or a correct result (a fallback where needed).
+
+Argument kinds, unknown primitives, effects, RNG keys, donation, NaN/Inf, empty and 0-d arrays,
+very large graphs and invalid options. (test_api.py covers the basic string-leaf, list-static and
+unknown-option-name cases; these go past them.)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import io_callback
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
+
+import jaxrw
+from jaxrw.errors import InvalidOptionError, UnsupportedProgramError
+from jaxrw.rewrite.run import StopReason
+
+FORCE = jaxrw.Limits(min_gain=0)  # decode whenever the rewrite is not predicted slower
+
+
+def _rand(seed, *shapes, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    return [jnp.asarray(rng.standard_normal(s).astype(dtype)) for s in shapes]
+
+
+def _jaxrw_warnings(record):
+    return [str(w.message) for w in record if "jaxrw" in str(w.message)]
+
+
+# --- arguments --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.array(["a", "b"]), r"dtype <U1 is not a JAX array type; valid: arrays of numeric or bool"),
+        ({"w": [1.0, object()]}, r"of type object is not an array; valid: jax/numpy arrays"),
+        (np.array([object()]), r"dtype object is not a JAX array type"),
+    ],
+)
+def test_non_array_leaves_name_the_value_and_what_is_valid(bad, match):
+    opt = jaxrw.optimize(lambda x, y: x)
+    with pytest.raises(InvalidOptionError, match=match):
+        opt(jnp.ones(2), bad)
+
+
+def test_none_leaves_and_empty_pytrees_are_fine():
+    opt = jaxrw.optimize(lambda x, y, z: x * 2 if y is None else x)
+    np.testing.assert_array_equal(opt(jnp.ones(2), None, {}), 2 * np.ones(2))
+
+
+@pytest.mark.parametrize("static", [{"a": 1}, (1, [2]), np.ones(3)])
+def test_unhashable_static_values_are_refused_clearly(static):
+    opt = jaxrw.optimize(lambda x, s: x, static_argnames="s")
+    with pytest.raises(InvalidOptionError, match=r"static argument 's' must be hashable; got .*valid"):
+        opt(jnp.ones(2), s=static)
+
+
+def test_hashable_statics_select_the_program():
+    opt = jaxrw.optimize(lambda x, cfg: x * cfg[1], static_argnums=1, strict=True)
+    assert float(opt(jnp.ones(()), ("k", 3))) == 3.0
+    assert float(opt(jnp.ones(()), ("k", 5))) == 5.0 and opt.traces == 2
+
+
+# --- unknown primitives -------------------------------------------------------------------------
+
+
+def _custom_primitive(name, multiple_results=False):
+    """A primitive jaxrw has never heard of, with an impl, abstract eval and a CPU lowering."""
+    p = Primitive(name)
+    p.multiple_results = multiple_results
+
+    def impl(x, *, scale):
+        y = jnp.sin(x) * scale
+        return (y, y + 1) if multiple_results else y
+
+    def abstract(x, *, scale):
+        a = jax.core.ShapedArray(x.shape, x.dtype)
+        return (a, a) if multiple_results else a
+
+    p.def_impl(impl)
+    p.def_abstract_eval(abstract)
+    mlir.register_lowering(p, mlir.lower_fun(impl, multiple_results=multiple_results))
+    return p
+
+
+def test_an_unknown_primitive_stays_opaque_and_rewrites_flow_around_it():
+    wobble = _custom_primitive("jaxrw_test_wobble")
+
+    def f(a, b, c):
+        return wobble.bind(a @ b + a @ c, scale=2.0) @ c
+
+    a, b, c = _rand(0, (8, 8), (8, 8), (8, 8))
+    opt = jaxrw.optimize(f, strict=True, limits=FORCE)
+    rep = opt.report(a, b, c)
+    assert rep.rewritten and rep.rules_fired  # the factoring still happened beside it
+    np.testing.assert_allclose(opt(a, b, c), jax.jit(f)(a, b, c), rtol=1e-4, atol=1e-4)
+
+
+def test_an_unknown_multiple_result_primitive_keeps_every_output():
+    pair = _custom_primitive("jaxrw_test_pair", multiple_results=True)
+
+    def f(x):
+        y, z = pair.bind(x, scale=3.0)
+        return z - y, y
+
+    (x,) = _rand(1, (4, 5))
+    got = jaxrw.optimize(f, strict=True, limits=FORCE)(x)
+    want = jax.jit(f)(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_a_primitive_with_unhashable_parameters_is_kept():
+    bag = _custom_primitive("jaxrw_test_bag")
+
+    def f(x):
+        return bag.bind(x * 2, scale=np.float32(0.5)) + 1  # NumPy scalars hash; the call must not care
+
+    (x,) = _rand(2, (3,))
+    np.testing.assert_array_equal(jaxrw.optimize(f, strict=True, limits=FORCE)(x), jax.jit(f)(x))
+
+
+# --- effects and randomness -----------------------------------------------------------------------
+
+
+def test_debug_print_falls_back_once_and_still_prints(capfd):
+    def f(x):
+        jax.debug.print("value {v}", v=x[0])
+        return x @ x + x @ x.T
+
+    opt = jaxrw.optimize(f)
+    x = jnp.full((2, 2), 3.0)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        out = opt(x)
+        opt(x)
+    msgs = _jaxrw_warnings(record)
+    assert len(msgs) == 1 and "side effects" in msgs[0] and "DebugEffect" in msgs[0]
+    np.testing.assert_array_equal(out, jax.jit(f)(x))
+    jax.effects_barrier()
+    assert capfd.readouterr().out.count("value [3. 3.]") == 3  # two optimized calls and one jax.jit
+    with pytest.raises(UnsupportedProgramError, match="side effects"):
+        jaxrw.optimize(f, strict=True)(x)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_io_callback_falls_back_and_runs_each_call(ordered):
+    seen = []
+
+    def host(v):
+        seen.append(np.asarray(v).copy())
+        return np.asarray(v) * 2
+
+    def f(x):
+        return io_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=ordered) + 1
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        out = jaxrw.optimize(f)(jnp.arange(3.0))
+    assert len(_jaxrw_warnings(record)) == 1
+    np.testing.assert_array_equal(out, [1.0, 3.0, 5.0])
+    assert len(seen) == 1
+    with pytest.raises(UnsupportedProgramError):
+        jaxrw.optimize(f, strict=True)(jnp.arange(3.0))
+
+
+@pytest.mark.parametrize("make_key", [jax.random.key, jax.random.PRNGKey], ids=["typed", "raw-uint32"])
+def test_rng_keys_as_arguments_and_inside(make_key):
+    def f(key, a, b, c):
+        k1, k2 = jax.random.split(key)
+        noise = jax.random.normal(k1, a.shape)
+        return a @ b + a @ c + noise, jax.random.bits(k2, (3,)), noise
+
+    key = make_key(7)
+    a, b, c = _rand(3, (6, 6), (6, 6), (6, 6))
+    opt = jaxrw.optimize(f, strict=True, limits=FORCE)
+    got, want = opt(key, a, b, c), jax.jit(f)(key, a, b, c)
+    assert opt.report(key, a, b, c).rewritten
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], want[1])  # random bits are reproduced exactly
+    np.testing.assert_array_equal(got[2], want[2])
+
+
+# --- donation -------------------------------------------------------------------------------------
+
+
+def test_donated_arguments_of_a_rewritten_program():
+    def f(scale, a, b, c):
+        return (a @ b + a @ c) * scale
+
+    opt = jaxrw.optimize(f, static_argnums=0, donate_argnums=(1,), strict=True, limits=FORCE)
+    a, b, c = _rand(4, (16, 16), (16, 16), (16, 16))
+    want = jax.jit(f, static_argnums=0)(2.0, a, b, c)
+    a_copy = jnp.array(a, copy=True)
+    got = opt(2.0, a_copy, b, c)
+    assert opt.report(2.0, a, b, c).rewritten
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if jax.default_backend() == "cpu" or a_copy.is_deleted():  # CPU and GPU both honour donation
+        assert a_copy.is_deleted() and not b.is_deleted() and not c.is_deleted()
+        with pytest.raises(RuntimeError, match="deleted|donated"):
+            opt(2.0, a_copy, b, c)  # the user's mistake surfaces as jax.jit's own error
+
+
+def test_donated_pytree_argument():
+    opt = jaxrw.optimize(lambda p, x: p["w"] @ x + p["w"] @ p["v"], donate_argnums=0, strict=True)
+    w, v, x = _rand(5, (8, 8), (8, 4), (8, 4))
+    params = {"w": jnp.array(w, copy=True), "v": jnp.array(v, copy=True)}
+    np.testing.assert_allclose(opt(params, x), w @ x + w @ v, rtol=1e-5, atol=1e-5)
+    assert not x.is_deleted()
+
+
+# --- NaN and Inf ---------------------------------------------------------------------------------
+
+LINEAR = {  # the rewritten operations are the outputs
+    "chain": (lambda a, b, c, v: a @ b @ c @ v, [(12, 12), (12, 12), (12, 12), (12, 2)]),
+    "factor_left": (lambda a, b, c: a @ b + a @ c, [(10, 7), (7, 9), (7, 9)]),
+    "factor_right": (lambda a, b, c: a @ c - b @ c, [(10, 7), (10, 7), (7, 9)]),
+}
+# a saturating function (tanh) after a factored sum: inf - inf = NaN in jax.jit's order can be
+# +-inf in the factored one, which tanh maps to +-1 (see docs/numerics.md)
+SATURATING = (lambda a, b, c: jnp.tanh(a @ b.T + a @ c.T).sum(0) * jnp.exp(a).max(), [(6, 6)] * 3)
+
+
+def _poisoned(shapes, poison, seed):
+    rng = np.random.default_rng(seed)
+    args = [np.array(x) for x in _rand(seed, *shapes)]
+    for x in args:
+        x[tuple(rng.integers(0, s) for s in x.shape)] = poison
+    return args
+
+
+def _finite_parts_agree(got, want):
+    fin = np.isfinite(want) & np.isfinite(got)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(LINEAR))
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
+def test_nan_and_inf_stay_where_jax_jit_puts_them(name, poison):
+    """Reassociated or factored dots may turn NaN into +-Inf or back (both non-finite), but never
+    a non-finite result into a finite one or the reverse."""
+    fn, shapes = LINEAR[name]
+    opt = jaxrw.optimize(fn, strict=True, limits=FORCE)
+    for seed in range(3):
+        args = _poisoned(shapes, poison, seed)
+        got, want = np.asarray(opt(*args)), np.asarray(jax.jit(fn)(*args))
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+        _finite_parts_agree(got, want)
+    assert opt.report(*args).rewritten
+
+
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_through_saturating_functions(poison):
+    """Default numerics: wherever jax.jit's result is finite the rewritten one is too (a NaN of
+    jax.jit's order may become finite after tanh). numerics="strict" keeps every one exactly."""
+    fn, shapes = SATURATING
+    default = jaxrw.optimize(fn, strict=True, limits=FORCE)
+    exact = jaxrw.optimize(fn, strict=True, limits=FORCE, numerics="strict")
+    for seed in range(4):
+        args = _poisoned(shapes, poison, seed)
+        want = np.asarray(jax.jit(fn)(*args))
+        got = np.asarray(default(*args))
+        assert np.all(np.isfinite(got)[np.isfinite(want)])
+        _finite_parts_agree(got, want)
+        np.testing.assert_array_equal(np.asarray(exact(*args)), want)
+
+
+# --- empty and 0-d arrays -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [[(0, 4), (4, 3), (3, 5)], [(4, 0), (0, 3), (3, 5)], [(4, 3), (3, 0), (0, 5)]],
+    ids=["rows", "inner", "cols"],
+)
+def test_empty_arrays(shapes):
+    def f(a, b, c):
+        ab = a @ b
+        return ab @ c + a @ (b @ c), (ab @ c).sum(0), jnp.concatenate([a @ b, ab], 0).max(initial=-1.0)
+
+    args = _rand(6, *shapes)
+    got = jaxrw.optimize(f, strict=True, limits=FORCE)(*args)
+    want = jax.jit(f)(*args)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_zero_dimensional_arrays_and_python_scalars():
+    def f(x, y, s):
+        z = x * y + x * s - jnp.sin(y) / (1 + x * x)
+        return z, z > 0, (x @ jnp.ones((1,))) if x.ndim else z * 2
+
+    for s in (2.5, np.float32(2.5), jnp.asarray(2.5)):
+        x, y = jnp.asarray(0.75, jnp.float32), jnp.asarray(-1.25, jnp.float32)
+        got = jaxrw.optimize(f, strict=True, limits=FORCE)(x, y, s)
+        want = jax.jit(f)(x, y, s)
+        for g, w in zip(got, want, strict=True):
+            assert jax.typeof(g) == jax.typeof(w)
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+# --- very large graphs ----------------------------------------------------------------------------
+
+
+def _chain(*ms):
+    out = ms[0]
+    for m in ms[1:]:
+        out = out @ m
+    return out
+
+
+@pytest.mark.parametrize(
+    "limits, reasons",
+    [
+        (jaxrw.Limits(nodes=300), {StopReason.NODE_LIMIT}),
+        (jaxrw.Limits(iterations=2), {StopReason.ITERATION_LIMIT}),
+        (jaxrw.Limits(time_s=1e-6), {StopReason.TIME_LIMIT}),
+    ],
+    ids=["nodes", "iterations", "time"],
+)
+def test_limits_stop_saturation_and_say_which(limits, reasons):
+    """A 24-matrix chain has a huge space of bracketings: each limit stops it, with its reason."""
+    ms = _rand(7, *[(6, 6)] * 24)
+    opt = jaxrw.optimize(_chain, strict=True, limits=limits)
+    rep = opt.report(*ms)
+    assert rep.stop_reason in reasons, rep
+    np.testing.assert_allclose(opt(*ms), jax.jit(_chain)(*ms), rtol=1e-3, atol=1e-3)
+
+
+def test_a_long_program_is_optimized_within_default_limits():
+    def f(x, w):
+        for i in range(150):  # ~600 equations
+            x = jnp.tanh(x @ w) * 0.5 + x if i % 3 else x - 0.1 * x.mean()
+        return x
+
+    x, w = _rand(8, (4, 16), (16, 16))
+    opt = jaxrw.optimize(f, strict=True)
+    rep = opt.report(x, w)
+    assert rep.n_equations > 500 and rep.stop_reason in set(StopReason)
+    np.testing.assert_allclose(opt(x, w), jax.jit(f)(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_a_program_over_the_equation_limit_is_kept_without_encoding():
+    def f(x):
+        for _ in range(40):
+            x = jnp.sin(x) * 1.5 + x
+        return x
+
+    (x,) = _rand(9, (5,))
+    opt = jaxrw.optimize(f, limits=jaxrw.Limits(equations=50))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a limit is not a failure: no warning
+        out = opt(x)
+    rep = opt.report(x)
+    assert rep.stop_reason is StopReason.SIZE_LIMIT and rep.n_equations == 120 and not rep.rewritten
+    assert "120 equations > limits.equations 50" in rep.guard_note
+    np.testing.assert_array_equal(out, jax.jit(f)(x))
+
+
+# --- invalid options ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"limits": {"nodez": 5}}, r"unknown limits field 'nodez'; valid: \['equations', 'iterations', "),
+        ({"limits": {"min_gain": 1.5}}, r"limits.min_gain must be in \[0, 1\); got 1.5"),
+        ({"limits": {"time_s": -1}}, r"limits.time_s must be a positive number; got -1"),
+        ({"limits": 7}, r"limits must be a jaxrw.Limits or dict; got 7"),
+        ({"profile": "tpu9"}, r"unknown device profile 'tpu9'; valid: \['cpu', 'h200'"),
+        ({"profile": 3}, r"profile must be a jaxrw.Profile or a profile name; got 3"),
+        ({"cost_model": object()}, r"cost_model must be a registered name or have name and node_cost"),
+        ({"autotune_k": 0}, r"autotune_k must be a positive int; got 0"),
+        ({"autotune_k": "4"}, r"autotune_k must be a positive int; got '4'"),
+        ({"rules": 5}, r"rules must be None, a rule or family name, or a sequence of names; got 5"),
+        ({"static_argnums": -1}, r"static_argnums must be a non-negative int or a sequence of them; got -1"),
+        ({"donate_argnums": "0"}, r"donate_argnums must be a non-negative int or a sequence of them"),
+        ({"max_hoist_bytes": -5}, r"max_hoist_bytes must be a non-negative int; got -5"),
+    ],
+)
+def test_invalid_options_are_refused_at_decoration(kw, match):
+    with pytest.raises(InvalidOptionError, match=match):
+        jaxrw.optimize(lambda x: x, **kw)
+
+
+def test_a_non_callable_is_refused():
+    with pytest.raises(InvalidOptionError, match="optimize expects a callable; got int"):
+        jaxrw.optimize(3)
