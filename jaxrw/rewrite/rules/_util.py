@@ -25,7 +25,7 @@ FAST_ONLY = frozenset(
     {
         "dot.zero",
         "dot.identity",
-        "elementwise.zero",
+        "elementwise.mul_zero",
         "elementwise.exp_log",
         "elementwise.sqrt",
         "reduce.diag_dot_eye",

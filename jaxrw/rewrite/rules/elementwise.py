@@ -87,12 +87,18 @@ def _one():
     return out
 
 
-def _zero():
-    # a + 0 -> a;  a - 0 -> a;  a·0 -> 0   (x + 0 turns -0 into +0; inf·0 is NaN)
+def _add_zero():
+    # a + 0 -> a;  a - 0 -> a   (x + 0 turns -0 into +0: exact in value, not in sign)
     out = []
     for whole in (add(A, Z), add(Z, A), sub(A, Z)):
         conds = (eq(fill_(Z)).to(0.0), _keeps_shape(A, whole), *same_dtype(A, Z))
         out.append(rule(eq(x).to(whole), *conds).then(union(x).with_(A)))
+    return out
+
+
+def _mul_zero():
+    # a·0 -> 0   (inf·0 is NaN: the rewrite makes a non-finite result finite)
+    out = []
     for whole in (mul(A, Z), mul(Z, A)):
         conds = (eq(fill_(Z)).to(0.0), eq(so).to(shape(x)), *same_dtype(A, Z, x))
         zero = Tensor.broadcast_in_dim(Tensor.scalar(0, 1, d), so, Vec[i64].empty())
@@ -119,11 +125,20 @@ _reg(
     RING,
 )
 _reg(
-    "zero",
-    "a+0 -> a, a-0 -> a, a·0 -> 0",
+    "add_zero",
+    "a+0 -> a, a-0 -> a",
     False,
-    _zero,
-    "0 a literal or a broadcast of one; one dtype",
+    _add_zero,
+    "0 a literal or a broadcast of one, no wider than a; one dtype",
+    _identities_example,
+    RING,
+)
+_reg(
+    "mul_zero",
+    "a·0 -> 0",
+    False,
+    _mul_zero,
+    "0 a literal or a broadcast of one; one dtype (inf·0 is NaN)",
     _identities_example,
     RING,
 )
