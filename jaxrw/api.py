@@ -527,8 +527,15 @@ def optimize(
 ) -> Any:
     """Rewrite `fn` into a faster equivalent program and compile it, like `jax.jit`.
 
-    Usable as `@optimize` or `@optimize(...)`. `rules` names rules or families (default: all);
-    `numerics="strict"` uses only rules exact in floating point; `verify=True` checks every
+    Usable as `@optimize` or `@optimize(...)`. `rules` names rules or families (default: all).
+    `numerics` (docs/numerics.md): "strict" uses only rules exact in floating point (results
+    bit-identical to jax.jit, up to the order XLA sums a transposed or merged dot in); "default"
+    also reassociates and factors: each result stays within n*u/(1 - n*u) * |f|(|x|) of the exact
+    value, the bound of evaluating the same sums and products in any order (n the roundings on a
+    path, u the dtype's unit roundoff), and non-finite results stay non-finite unless a saturating
+    function (tanh, exp of -inf, comparisons) follows a factored sum; "fast" adds identities
+    that hold for finite values only (A@0 -> 0, I@A -> A). Limits cap the e-graph (iterations,
+    nodes, time) and the program size (`equations`). `verify=True` checks every
     concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;
     `autotune=True` times the original and the model's `autotune_k` best programs on this device
     at the first call of each signature and keeps the fastest (cached on disk).

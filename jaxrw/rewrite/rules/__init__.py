@@ -29,6 +29,9 @@ class Rule:
         default=None, repr=False, compare=False
     )
     dtypes: tuple[str, ...] = ("float32", "bfloat16")  # dtypes the example is checked in
+    # True: holds only for finite operands (A@0 -> 0 is NaN, not 0, where A holds an inf): such a
+    # rule could turn a NaN or Inf result finite, so only numerics="fast" uses it
+    finite_only: bool = False
 
     def rewrites(self) -> list[Any]:
         cached = _BUILT.get(self.name)
@@ -57,7 +60,8 @@ def families() -> dict[str, list[str]]:
 
 def select_rules(spec: str | Sequence[str] | None, numerics: str = "default") -> list[Rule]:
     """Rules named by `spec` (rule names or family names; None or "all" = every rule), keeping
-    only floating-point-exact rules when numerics == "strict"."""
+    only floating-point-exact rules when numerics == "strict" and finite-only rules only when
+    numerics == "fast" (docs/numerics.md)."""
     _load_families()
     if spec is None or spec == "all":
         chosen = list(RULES.values())
@@ -75,6 +79,8 @@ def select_rules(spec: str | Sequence[str] | None, numerics: str = "default") ->
                 raise InvalidOptionError(f"unknown rule or family {name!r}; valid: {valid!r}")
     if numerics == "strict":
         chosen = [r for r in chosen if r.exact]
+    if numerics != "fast":
+        chosen = [r for r in chosen if not r.finite_only]
     seen: set[str] = set()
     return [r for r in chosen if not (r.name in seen or seen.add(r.name))]
 

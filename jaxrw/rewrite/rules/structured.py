@@ -24,8 +24,10 @@ sa, sb, so, dims, d = V.sa, V.sb, V.so, V.dims, V.d
 dot, bcast, mul = Tensor.dot, Tensor.broadcast_in_dim, Tensor.mul
 
 
-def _reg(name, identity, exact, build, conditions, example):
-    register_rule(Rule(f"structured.{name}", "structured", identity, exact, build, conditions, example, RING))
+def _reg(name, identity, exact, build, conditions, example, **kw):
+    register_rule(
+        Rule(f"structured.{name}", "structured", identity, exact, build, conditions, example, RING, **kw)
+    )
 
 
 def _iv(*a):
@@ -112,8 +114,9 @@ _reg(
     "where(I, X, 0) -> X ∘ I",
     False,
     _select_eye,
-    "I an identity mask built in the program (iota == iota); one dtype",
+    "I an identity mask built in the program (iota == iota); one dtype (inf·0 off the diagonal is NaN)",
     _select_eye_example,
+    finite_only=True,
 )
 _reg(
     "pad_noop",
@@ -234,6 +237,7 @@ _reg(
     _diag_sides,
     "I an identity built in the program; v 1-D; one dtype (inf·0 off the diagonal is NaN)",
     _diag_sides_example,
+    finite_only=True,
 )
 
 

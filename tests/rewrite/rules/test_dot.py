@@ -78,7 +78,8 @@ def test_transposed_product_times_vector():
 def test_identity_and_zero_products_vanish():
     rng = np.random.default_rng(3)
     a, b = _rand(rng, 128, 128), _rand(rng, 128, 128)
-    opt = reaches(lambda a, b: jnp.eye(128) @ a @ b + a @ jnp.zeros((128, 128)), lambda a, b: a @ b, (a, b))
+    f = lambda a, b: jnp.eye(128) @ a @ b + a @ jnp.zeros((128, 128))  # noqa: E731
+    opt = reaches(f, lambda a, b: a @ b, (a, b), numerics="fast")  # finite-only rules (inf·0 is NaN)
     assert opt.dots == 1
 
 

@@ -1,0 +1,192 @@
+"""Numerics modes (docs/numerics.md): "strict" is bit-identical to jax.jit, the default stays within
+the error bound of evaluating the same sums and products in another order, "fast" adds the rules
+that hold for finite values only. Reductions created in bf16/f16 accumulate in float32."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrw
+from jaxrw.rewrite.rules import select_rules
+from tests.corpus import CORPUS
+
+FORCE = jaxrw.Limits(min_gain=0)  # decode whenever the rewrite is not predicted slower
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+
+def _bits(x):
+    if "key" in str(x.dtype):
+        x = jax.random.key_data(x)
+    return np.ascontiguousarray(np.asarray(x)).reshape(-1).view(np.uint8)
+
+
+def _rand(rng, *shape, dtype=jnp.float32):
+    return jnp.asarray(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+
+
+def test_the_modes_nest():
+    strict, default, fast = (select_rules(None, m) for m in ("strict", "default", "fast"))
+    names = [{r.name for r in rs} for rs in (strict, default, fast)]
+    assert names[0] < names[1] < names[2]
+    assert all(r.exact and not r.finite_only for r in strict)
+    assert not any(r.finite_only for r in default)
+    assert {r.name for r in fast if r.finite_only} == names[2] - names[1]
+
+
+# --- strict --------------------------------------------------------------------------------------
+
+# programs where floating-point-exact rules fire: (fn, magnitude, shapes, n). With n == 0 nothing
+# is summed differently and the result must be bit-identical; a rule that transposes or merges
+# the operands of a dot computes the same products, but XLA may sum them in another order: then
+# the result is within 2 n u / (1 - n u) * magnitude of jax.jit's (see the bound below).
+EXACT_CASES = {
+    "transposes": (lambda a, b: ((a @ b).T @ a.T).T + a.T.T, None, ((24, 24), (24, 24)), 2 * 24 + 3),
+    "slices": (
+        lambda a, b: jnp.concatenate([a, b], 1)[:, 24:] + jnp.concatenate([a, b], 0)[:24],
+        None,
+        ((24, 24),) * 2,
+        0,
+    ),
+    "doubling": (lambda a, b: (a @ b + a @ b) - (-a), None, ((16, 16), (16, 16)), 16 + 3),
+    "shared_left": (
+        lambda x, w1, w2: jnp.tanh(x @ w1) + jnp.tanh(x @ w2),
+        lambda x, w1, w2: x @ w1 + x @ w2,  # tanh is 1-Lipschitz
+        ((8, 32), (32, 32), (32, 32)),
+        32 + 3,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_strict_is_bit_identical_on_the_corpus(name):
+    fn, args = CORPUS[name](np.random.default_rng(0))
+    opt = jaxrw.optimize(fn, numerics="strict", strict=True, limits=FORCE)
+    got, want = jax.tree_util.tree_leaves(opt(*args)), jax.tree_util.tree_leaves(jax.jit(fn)(*args))
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+@pytest.mark.parametrize("name", sorted(EXACT_CASES))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_strict_exact_rules_change_no_value(name, dtype):
+    fn, magnitude, shapes, n = EXACT_CASES[name]
+    rng = np.random.default_rng(1)
+    args = [_rand(rng, *s, dtype=dtype) for s in shapes]
+    opt = jaxrw.optimize(fn, numerics="strict", strict=True, limits=FORCE)
+    got, want = opt(*args), jax.jit(fn)(*args)
+    rep = opt.report(*args)
+    assert rep.rules_fired and all(r.exact for r in select_rules(list(rep.rules_fired), "strict"))
+    if n == 0:
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    else:
+        u = UNIT_ROUNDOFF[dtype]
+        _, mag = _exact_and_magnitude(fn, magnitude, args)
+        diff = np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))
+        assert np.all(diff <= 2 * n * u / (1 - n * u) * mag)
+
+
+# --- default: the reordering bound -----------------------------------------------------------------
+
+# sums of products: (fn, magnitude, shapes, n). n bounds the roundings on any path (contraction
+# lengths plus one per dot, add and scaling) and `magnitude` is fn with every subtraction made an
+# addition: on |inputs| it bounds every term, so |computed - exact| <= n u / (1 - n u) * magnitude
+# for every order of evaluation (Higham, Accuracy and Stability of Numerical Algorithms, 3.1).
+BOUND_CASES = {
+    "chain": (lambda a, b, c, v: a @ b @ c @ v, None, ((32, 32), (32, 32), (32, 32), (32, 3)), 3 * 32 + 3),
+    "factor_left": (
+        lambda a, b, c: a @ b + a @ c - a @ (b * 0.5),
+        lambda a, b, c: a @ b + a @ c + a @ (b * 0.5),
+        ((24, 40), (40, 16), (40, 16)),
+        40 + 6,
+    ),
+    "factor_right": (
+        lambda a, b, c: a @ c - b @ c,
+        lambda a, b, c: a @ c + b @ c,
+        ((24, 40), (24, 40), (40, 16)),
+        43,
+    ),
+    "scaled": (lambda a, b, s: (a * s) @ b + a @ (b * s), None, ((24, 24), (24, 24), ()), 24 + 5),
+}
+
+
+def _exact_and_magnitude(fn, magnitude, args):
+    with jax.enable_x64(True):
+        wide = [jnp.asarray(np.asarray(x, np.float64)) for x in args]
+        exact = np.asarray(jax.jit(fn)(*wide))
+        mag = np.asarray(jax.jit(magnitude or fn)(*[jnp.abs(x) for x in wide]))
+    return exact, mag
+
+
+@pytest.mark.parametrize("name", sorted(BOUND_CASES))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_default_stays_within_the_reordering_bound(name, dtype):
+    fn, magnitude, shapes, n = BOUND_CASES[name]
+    u = UNIT_ROUNDOFF[dtype]
+    gamma = n * u / (1 - n * u)
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        args = [_rand(rng, *s, dtype=dtype) for s in shapes]
+        opt = jaxrw.optimize(fn, strict=True, limits=FORCE)
+        got, jit = np.asarray(opt(*args), np.float64), np.asarray(jax.jit(fn)(*args), np.float64)
+        exact, mag = _exact_and_magnitude(fn, magnitude, args)
+        bound = gamma * mag
+        assert np.all(np.abs(jit - exact) <= bound)  # the bound holds for jax.jit's own order
+        assert np.all(np.abs(got - exact) <= bound), np.max(np.abs(got - exact) / bound)
+        assert opt.report(*args).rewritten
+
+
+# --- fast ----------------------------------------------------------------------------------------
+
+
+def test_fast_adds_the_finite_only_rules():
+    def f(a, b):
+        return jnp.eye(48) @ a @ b + a @ jnp.zeros((48, 48))
+
+    rng = np.random.default_rng(2)
+    a, b = _rand(rng, 48, 48), _rand(rng, 48, 48)
+    fast = jaxrw.optimize(f, numerics="fast", strict=True, limits=FORCE)
+    default = jaxrw.optimize(f, strict=True, limits=FORCE)
+    fired_fast, fired_default = fast.report(a, b).rules_fired, default.report(a, b).rules_fired
+    assert {"dot.identity", "dot.zero"} <= set(fired_fast)
+    assert not {"dot.identity", "dot.zero"} & set(fired_default)
+    np.testing.assert_allclose(fast(a, b), jax.jit(f)(a, b), rtol=1e-4, atol=1e-4)
+    # the documented difference: an inf in `a` makes jax.jit's columns NaN (0 * inf in I @ a)
+    a_inf = a.at[3, 5].set(jnp.inf)
+    want = np.asarray(jax.jit(f)(a_inf, b))
+    np.testing.assert_array_equal(np.isfinite(default(a_inf, b)), np.isfinite(want))
+    assert np.isfinite(np.asarray(fast(a_inf, b))).sum() > np.isfinite(want).sum()
+
+
+# --- low precision -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_created_reductions_accumulate_in_float32(dtype):
+    """trace(A @ B) becomes a sum of A * B.T: summed in float32, its error stays at the level
+    of the inputs' rounding (summed in bf16 over 2^18 terms, it was ~10%: DESIGN.md)."""
+    n = 512
+    rng = np.random.default_rng(3)
+    a, b = _rand(rng, n, n, dtype=dtype), _rand(rng, n, n, dtype=dtype)
+
+    def f(a, b):
+        return jnp.trace(a @ b)
+
+    opt = jaxrw.optimize(f, strict=True)
+    assert "reduce.diag_dot" in opt.report(a, b).rules_fired
+    jaxpr = jax.make_jaxpr(opt)(a, b)
+    sums = [e for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "reduce_sum"]
+    assert sums and all(e.invars[0].aval.dtype == jnp.float32 for e in sums)
+    exact = float(np.trace(np.asarray(a, np.float64) @ np.asarray(b, np.float64)))
+    scale = float(np.sum(np.abs(np.asarray(a, np.float64) * np.asarray(b, np.float64).T)))
+    assert abs(float(opt(a, b)) - exact) <= 4 * UNIT_ROUNDOFF[dtype] * scale
+
+
+def _eqns(jaxpr):
+    for e in jaxpr.eqns:
+        yield e
+        for sub in jax.extend.core.jaxprs_in_params(e.params):
+            yield from _eqns(sub)
