@@ -534,9 +534,9 @@ def optimize(
     value, the bound of evaluating the same sums and products in any order (n the roundings on a
     path, u the dtype's unit roundoff), and non-finite results stay non-finite unless a saturating
     function (tanh, exp of -inf, comparisons) follows a factored sum; "fast" adds identities
-    that hold for finite values only (A@0 -> 0, I@A -> A). Limits cap the e-graph (iterations,
-    nodes, time) and the program size (`equations`). `verify=True` checks every
-    concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;
+    that hold for finite values only (A@0 -> 0, I@A -> A, log(exp(a)) -> a). Limits cap the
+    e-graph (iterations, nodes, time) and the program size (`equations`). `verify=True` checks
+    every concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;
     `autotune=True` times the original and the model's `autotune_k` best programs on this device
     at the first call of each signature and keeps the fastest (cached on disk).
     `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that

@@ -8,7 +8,7 @@ where it applies, which the tests use to check it numerically against a float64 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import InvalidOptionError
@@ -45,7 +45,11 @@ _BUILT: dict[str, list[Any]] = {}
 
 
 def register_rule(rule: Rule) -> Rule:
-    if rule.name in RULES and RULES[rule.name] is not rule:
+    from ._util import FAST_ONLY  # the families' list of finite-only rules
+
+    if rule.name in FAST_ONLY and not rule.finite_only:
+        rule = replace(rule, finite_only=True)
+    if rule.name in RULES and RULES[rule.name] != rule:
         raise ValueError(f"rule name {rule.name!r} is already registered")
     RULES[rule.name] = rule
     return rule

@@ -22,8 +22,8 @@ nb, l, r, c, q, d, so = V.nb, V.l, V.r, V.c, V.q, V.d, V.so
 dot = Tensor.dot
 
 
-def _reg(name, identity, exact, build, conditions, example, dtypes=RING, **kw):
-    register_rule(Rule(f"dot.{name}", "dot", identity, exact, build, conditions, example, dtypes, **kw))
+def _reg(name, identity, exact, build, conditions, example, dtypes=RING):
+    register_rule(Rule(f"dot.{name}", "dot", identity, exact, build, conditions, example, dtypes))
 
 
 def _last(t, axis):
@@ -547,7 +547,6 @@ _reg(
     _zero,
     "0 a broadcast literal; one dtype (inf·0 is NaN)",
     _zero_example,
-    finite_only=True,
 )
 _reg(
     "identity",
@@ -556,7 +555,6 @@ _reg(
     _identity,
     "I an identity built in the program (iota == iota); one dtype (inf·0 is NaN)",
     _identity_example,
-    finite_only=True,
 )
 
 __all__: list[str] = []

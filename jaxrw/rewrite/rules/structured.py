@@ -24,10 +24,8 @@ sa, sb, so, dims, d = V.sa, V.sb, V.so, V.dims, V.d
 dot, bcast, mul = Tensor.dot, Tensor.broadcast_in_dim, Tensor.mul
 
 
-def _reg(name, identity, exact, build, conditions, example, **kw):
-    register_rule(
-        Rule(f"structured.{name}", "structured", identity, exact, build, conditions, example, RING, **kw)
-    )
+def _reg(name, identity, exact, build, conditions, example):
+    register_rule(Rule(f"structured.{name}", "structured", identity, exact, build, conditions, example, RING))
 
 
 def _iv(*a):
@@ -116,7 +114,6 @@ _reg(
     _select_eye,
     "I an identity mask built in the program (iota == iota); one dtype (inf·0 off the diagonal is NaN)",
     _select_eye_example,
-    finite_only=True,
 )
 _reg(
     "pad_noop",
@@ -237,7 +234,6 @@ _reg(
     _diag_sides,
     "I an identity built in the program; v 1-D; one dtype (inf·0 off the diagonal is NaN)",
     _diag_sides_example,
-    finite_only=True,
 )
 
 
