@@ -78,6 +78,8 @@ class _Interp:
         return y.astype(ref.dtype) if y.dtype != ref.dtype else y
 
     def __call__(self, op: str, xs: list, p: dict) -> Any:
+        if op not in OPS or op == "in":  # a spec names table entries, nothing else
+            raise ValueError(f"unknown operation {op!r}; valid: {sorted(OPS)!r}")
         return getattr(self, "op_" + op)(xs, p)
 
     def op_const(self, xs: list, p: dict) -> Any:
