@@ -142,7 +142,7 @@ class Optimized:
                 return self._fast_failed(e, args, kwargs)
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
-        key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
+        key = (in_tree, tuple(map(_leaf_key, leaves)), statics)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
@@ -404,34 +404,39 @@ class Optimized:
 class HoistedCall:
     """Runs the prologue only when the hoisted arrays change, then the main program.
 
-    The cache key is the identity of every hoisted leaf, checked through weak references (so a
-    dropped parameter is never kept alive and a new array with a recycled id is not mistaken for
-    the old one). Under tracing (jit/grad/vmap) the prologue is traced as ordinary computation:
-    no cached value can leak into a transformation."""
+    The cache key is the identity (`id`) of every hoisted leaf. A dropped parameter is never kept
+    alive (only weak references and finalizers point at it), and a finalizer invalidates the cache
+    when a cached leaf dies, so a new array that recycles an old id is never mistaken for it.
+    Hoisted leaves that are tracers (jit/grad/vmap with respect to the parameters) run the
+    prologue as ordinary traced computation and are never cached."""
 
     def __init__(self, hoisted: Any, donate: tuple[int, ...]):
         self.slow = hoisted.slow
         self.nbytes = hoisted.nbytes
         self.prologue = jax.jit(hoisted.prologue)
         self.main = jax.jit(hoisted.main, donate_argnums=donate)
+        self._ids: tuple[int, ...] | None = None
         self._refs: list[weakref.ref] | None = None
         self._values: list[Any] | None = None
         self.prologue_runs = 0
 
+    def _invalidate(self) -> None:
+        self._ids = None
+        self._values = None
+
     def __call__(self, *leaves: Any) -> Any:
         slow = [leaves[i] for i in self.slow]
-        if any(compat.is_tracer(x) for x in leaves):
-            return self.main(*leaves, *self.prologue(*slow))
-        refs = self._refs
-        if (
-            refs is None
-            or len(refs) != len(slow)
-            or any(r() is not x for r, x in zip(refs, slow, strict=True))
-        ):
-            self._values = self.prologue(*slow)
-            self._refs = [weakref.ref(x) for x in slow]
-            self.prologue_runs += 1
-        return self.main(*leaves, *self._values)
+        ids = tuple(map(id, slow))
+        values = self._values
+        if values is None or ids != self._ids:
+            values = self.prologue(*slow)
+            if not any(compat.is_tracer(x) for x in slow):
+                self._ids, self._values = ids, values
+                self._refs = [weakref.ref(x) for x in slow]
+                for x in slow:
+                    weakref.finalize(x, self._invalidate)
+                self.prologue_runs += 1
+        return self.main(*leaves, *values)
 
 
 def _check_bytes(v: Any) -> int:
