@@ -88,17 +88,22 @@ def dag_cost(view: EGraphView, choice: dict[str, str], costs: dict[str, float]) 
     return sum(costs[choice[c]] for c in reachable(view, choice, view.outputs))
 
 
-def tree(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
-    """Bottom-up fixpoint on tree costs (shared subterms counted at every use), worklist-driven:
-    a node is revisited only when a child class got cheaper (full passes until nothing changes
-    took O(depth) passes: minutes for a 20,000-equation program)."""
+def _worklist(view: EGraphView) -> tuple[dict[str, list[str]], deque[str], set[str]]:
+    """For bottom-up extraction: the nodes reading each class, and a queue of the leaf nodes."""
     parents: dict[str, list[str]] = {}
     for nid, n in view.nodes.items():
         for ch in set(n.children):
             parents.setdefault(ch, []).append(nid)
-    best: dict[str, tuple[float, str]] = {}
     queue = deque(nid for nid, n in view.nodes.items() if not n.children)
-    queued = set(queue)
+    return parents, queue, set(queue)
+
+
+def tree(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
+    """Bottom-up fixpoint on tree costs (shared subterms counted at every use), worklist-driven:
+    a node is revisited only when a child class got cheaper (full passes until nothing changes
+    took O(depth) passes: minutes for a 20,000-equation program)."""
+    parents, queue, queued = _worklist(view)
+    best: dict[str, tuple[float, str]] = {}
     while queue:
         nid = queue.popleft()
         queued.discard(nid)
@@ -121,14 +126,9 @@ def greedy_dag(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
 
     Each candidate node starts from the largest child set (copied in C) and adds only what the
     other children bring, so a chain of n nodes costs O(n) Python steps per node at most."""
-    parents: dict[str, list[str]] = {}
-    for nid, n in view.nodes.items():
-        for ch in set(n.children):
-            parents.setdefault(ch, []).append(nid)
+    parents, queue, queued = _worklist(view)
     best: dict[str, tuple[float, frozenset[str], str]] = {}
     own: dict[str, float] = {}  # cost of the node currently chosen for each class
-    queue = deque(nid for nid, n in view.nodes.items() if not n.children)
-    queued = set(queue)
     while queue:
         nid = queue.popleft()
         queued.discard(nid)

@@ -242,21 +242,21 @@ def rewrite_jaxpr(
         return RewriteResult(None, report, None)
     t = time.perf_counter()
     hook = None
+    # the options a nested or repeated run shares with this one
+    same = dict(
+        rules=rules,
+        cost_model=cost_model,
+        profile=profile,
+        extractor=extractor,
+        limits=limits,
+        numerics=numerics,
+        max_hoist_bytes=max_hoist_bytes,
+    )
     if control_flow:
         from .control import make_body_hook
 
         def rewrite_body(body: Any, body_slow: frozenset[int]) -> RewriteResult:
-            return rewrite_jaxpr(
-                body,
-                rules=rules,
-                cost_model=cost_model,
-                profile=profile,
-                extractor=extractor,
-                limits=limits,
-                numerics=numerics,
-                slow=body_slow,
-                max_hoist_bytes=max_hoist_bytes,
-            )
+            return rewrite_jaxpr(body, **same, slow=body_slow)
 
         hook = make_body_hook(rewrite_body, report.bodies)
     program = _stage("encode", encode, closed, hook)
@@ -316,18 +316,7 @@ def rewrite_jaxpr(
     if hoisted is not None and hoisted.nbytes > max_hoist_bytes:
         report.hoist_note = f"not hoisted: {hoisted.nbytes} bytes > max_hoist_bytes {max_hoist_bytes}"
         report.phase_s["decode"] = time.perf_counter() - t
-        return rewrite_jaxpr(
-            closed,
-            rules=rules,
-            cost_model=cost_model,
-            profile=profile,
-            extractor=extractor,
-            limits=limits,
-            numerics=numerics,
-            force=force,
-            max_hoist_bytes=max_hoist_bytes,
-            _note=report.hoist_note,
-        )
+        return rewrite_jaxpr(closed, **same, force=force, control_flow=control_flow, _note=report.hoist_note)
     report.hoisted_bytes = hoisted.nbytes if hoisted is not None else 0
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True
