@@ -7,7 +7,10 @@ Each example is a random program spec (`fuzzgen.programs`): it runs under jax.ji
 - with `numerics="strict"` every result must be bit-identical to jax.jit;
 - otherwise float results must be finite exactly where jax.jit's are, and their norm-wise error
   against a float64 reference (the same program run with every float widened to float64, and
-  rounded where the program converts) may be at most max(BASE[dtype], 10 x jax.jit's own error).
+  rounded where the program converts) may be at most max(BASE[dtype], 10 x jax.jit's own error);
+- where the spec puts a NaN or Inf into an input (`options["poison"]`), default results must be
+  finite wherever jax.jit's are (docs/numerics.md: a NaN may become finite after a saturating
+  function, never the reverse); "fast" may differ there (finite-only rules).
 
 An exception from `optimize` or from the program it built is a *crash*; a result outside those
 bounds a *mismatch*. The command runs hypothesis, shrinks each failure to a minimal spec, saves
@@ -112,7 +115,12 @@ def _check(spec: dict) -> Outcome:
         if not np.issubdtype(gn.dtype, np.floating) and str(gn.dtype) != "bfloat16":
             return _fail(out, f"output {i} ({gn.dtype}): differs from jax.jit in {np.sum(gn != wn)} elements")
         fin_g, fin_w = np.isfinite(gn.astype(np.float64)), np.isfinite(wn.astype(np.float64))
-        if not np.array_equal(fin_g, fin_w):
+        poisoned = bool(opts.get("poison"))
+        if poisoned and opts.get("numerics") == "fast":
+            pass  # finite-only rules may keep a NaN or Inf of an input from spreading
+        elif poisoned and not np.all(fin_g[fin_w]):  # default: NaN may become finite after a
+            return _fail(out, f"output {i}: non-finite where jax.jit is finite (NaN/Inf input)")
+        elif not poisoned and not np.array_equal(fin_g, fin_w):
             return _fail(
                 out,
                 f"output {i}: non-finite where jax.jit is finite or the reverse "
@@ -121,7 +129,7 @@ def _check(spec: dict) -> Outcome:
         if ref is None:
             ref = reference(spec)
         r = ref[i]
-        mask = fin_g & np.isfinite(r)
+        mask = fin_g & fin_w & np.isfinite(r)
         e_opt, e_jit = _err(gn, r, mask), _err(wn, r, mask)
         allowed = max(BASE.get(str(gn.dtype), 1e-4), JIT_FACTOR * e_jit)
         if e_opt > allowed:

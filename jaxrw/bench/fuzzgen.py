@@ -76,6 +76,7 @@ OPAQUE = (
     "softmax",
     "argmax",
 )
+IDIOMS = ("trace", "rowsum", "shared", "scaled", "transposed", "double", "diag", "eye", "stack")
 OPAQUE_EXACT = frozenset(
     {"sort", "flip", "pad", "clip", "cummax", "top_k", "gather", "dyn_slice", "dyn_update", "argmax"}
 )
@@ -238,6 +239,51 @@ class _Gen:
             ab = self.add("dot", [x, b], mm, out, dt, False)
             ac = self.add("dot", [other, b], mm, out, dt, False)
         return self.add("bin", [ab, ac], {"f": self.d(st.sampled_from(("add", "sub")))}, out, dt, False)
+
+    def idiom(self, x: int) -> int | None:
+        """Idioms the other rule families rewrite: traces and row sums of products, products that
+        share an operand, scaled and transposed products, X + X, diag(v) @ A, I @ A, stacks."""
+        shape, dt, _ = self.types[x]
+        if kind(dt) != "f" or len(shape) != 2 or 0 in shape:
+            return None
+        m, k = shape
+        mm = {"form": "matmul", "pet": None, "prec": None}
+        which = self.d(st.sampled_from(IDIOMS))
+        if which in ("trace", "rowsum"):
+            n = m if which == "trace" else self.d(st.sampled_from(SIZES[:-1]))
+            p = self.add("dot", [x, self.operand((k, n), dt)], mm, (m, n), dt, False)
+            if which == "trace":
+                return self.add("trace", [p], {}, (), dt, False)
+            return self.add("red", [p], {"f": "sum", "axes": [0], "keep": False}, (n,), dt, False)
+        if which == "shared":  # x @ W1 and x @ W2 side by side
+            n = self.d(st.sampled_from(SIZES[:-1]))
+            a = self.add("dot", [x, self.operand((k, n), dt)], mm, (m, n), dt, False)
+            b = self.add("dot", [x, self.operand((k, n), dt)], mm, (m, n), dt, False)
+            if self.d(st.booleans()):
+                return self.add("cat", [a, b], {"axis": 1}, (m, 2 * n), dt, False)
+            t = self.add("un", [a], {"f": "tanh"}, (m, n), dt, False)
+            return self.add("bin", [t, b], {"f": "add"}, (m, n), dt, False)
+        if which == "scaled":
+            lit = self.d(st.sampled_from(LITERALS))
+            s = self.add("bin", [x], {"f": "mul", "lit": lit, "swap": False}, shape, dt, False)
+            return self.add("dot", [s, self.operand((k, k), dt)], mm, (m, k), dt, False)
+        if which == "transposed":
+            p = self.add("dot", [x, self.operand((k, m), dt)], mm, (m, m), dt, False)
+            return self.add("tr", [p], {"perm": [1, 0]}, (m, m), dt, False)
+        if which == "double":
+            p = self.add("dot", [x, self.operand((k, k), dt)], mm, (m, k), dt, False)
+            return self.add("bin", [p, p], {"f": "add"}, (m, k), dt, False)
+        if which == "diag":
+            v = self.operand((m,), dt)
+            d = self.add("diagmat", [v], {}, (m, m), dt, False)
+            return self.add("dot", [d, x], mm, (m, k), dt, False)
+        if which == "eye":
+            e = self.add("eye", [], {"n": m, "dtype": dt}, (m, m), dt, True)
+            return self.add("dot", [e, x], mm, (m, k), dt, False)
+        w1, w2 = (self.operand((k, k), dt) for _ in range(2))
+        a = self.add("dot", [x, w1], mm, (m, k), dt, False)
+        b = self.add("dot", [self.operand((m, k), dt), w2], mm, (m, k), dt, False)
+        return self.add("stk", [a, b], {"axis": 0}, (2, m, k), dt, False)
 
     def transpose(self, x: int) -> int | None:
         shape, dt, exact = self.types[x]
@@ -438,6 +484,7 @@ class _Gen:
         "binary",
         "dot",
         "chain",
+        "idiom",
         "transpose",
         "reshape",
         "broadcast",
@@ -480,5 +527,7 @@ def programs(
         "extractor": draw(st.sampled_from(("greedy", "tree", "ilp"))),
         "cost_model": draw(st.sampled_from(("roofline", "flops"))),
         "seed": draw(st.integers(0, 2**16)),
+        # now and then one input element is NaN or +-Inf (see fuzz.check for what must hold then)
+        "poison": draw(st.sampled_from((None,) * 6 + ("nan", "inf", "-inf"))),
     }
     return {"values": g.values, "outputs": outputs, "options": options}

@@ -147,6 +147,15 @@ class _Interp:
             return xs[0].astype(jnp.dtype(p["to"])).astype(jnp.float64)
         return xs[0].astype(self.dt(p["to"]))
 
+    def op_trace(self, xs: list, p: dict) -> Any:
+        return jnp.trace(xs[0])
+
+    def op_diagmat(self, xs: list, p: dict) -> Any:
+        return jnp.diag(xs[0])
+
+    def op_eye(self, xs: list, p: dict) -> Any:
+        return jnp.eye(p["n"], dtype=self.dt(p["dtype"]))
+
     def op_sel(self, xs: list, p: dict) -> Any:
         c, a, b = xs
         return jnp.where(c, a, self.same(a, b))
@@ -234,8 +243,10 @@ def build(spec: dict, x64: bool = False) -> Callable[..., tuple]:
 
 
 def make_inputs(spec: dict, seed: int, x64: bool = False) -> list[Any]:
-    """Random inputs for a spec: floats ~ N(0, 1), ints in [-5, 5], bools fair coins."""
+    """Random inputs for a spec: floats ~ N(0, 1), ints in [-5, 5], bools fair coins; with
+    options["poison"], one element of the first non-empty float input is NaN, inf or -inf."""
     rng = np.random.default_rng(seed)
+    poison = spec.get("options", {}).get("poison")
     out = []
     for op, _, p in spec["values"]:
         if op != "in":
@@ -247,5 +258,8 @@ def make_inputs(spec: dict, seed: int, x64: bool = False) -> list[Any]:
             out.append(jnp.asarray(rng.integers(-5, 6, shape).astype(np.int32)))
         else:
             x = np.asarray(rng.standard_normal(shape).astype(np.float32)).astype(jnp.dtype(dt))
+            if poison and x.size:
+                x[tuple(int(rng.integers(0, s)) for s in shape)] = float(poison)
+                poison = None
             out.append(jnp.asarray(x.astype(np.float64) if x64 else x))
     return out
