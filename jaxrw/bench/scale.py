@@ -44,7 +44,9 @@ def program(n_eqns: int, width: int = 16) -> tuple[Any, tuple]:
     return f, (x, ws, bs)
 
 
-def measure(n_eqns: int, time_s: float, trace_python: bool = False) -> dict[str, Any]:
+def measure(
+    n_eqns: int, time_s: float, trace_python: bool = False, max_eqns: int | None = None
+) -> dict[str, Any]:
     """Optimize one program in this process and return the measurements."""
     import jax
 
@@ -52,14 +54,15 @@ def measure(n_eqns: int, time_s: float, trace_python: bool = False) -> dict[str,
 
     f, args = program(n_eqns)
     n = len(jax.make_jaxpr(f)(*args).jaxpr.eqns)
+    limits = jaxrw.Limits(time_s=time_s, **({"equations": max_eqns} if max_eqns else {}))
     t0 = time.perf_counter()
-    opt = jaxrw.optimize(f, limits=jaxrw.Limits(time_s=time_s))
+    opt = jaxrw.optimize(f, limits=limits)
     rep = opt.report(*args)
     build_s = time.perf_counter() - t0
     py_peak = 0
     if trace_python:  # a second build under tracemalloc (which slows allocation: not timed)
         tracemalloc.start()
-        jaxrw.optimize(f, limits=jaxrw.Limits(time_s=time_s)).report(*args)
+        jaxrw.optimize(f, limits=limits).report(*args)
         py_peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     t1 = time.perf_counter()
@@ -77,6 +80,7 @@ def measure(n_eqns: int, time_s: float, trace_python: bool = False) -> dict[str,
         "extractor": f"{rep.extractor} {rep.extractor_note}".strip() if rep else "",
         "peak_rss_mib": round(rss / 2**20),
         "python_peak_mib": round(py_peak / 2**20),
+        "limits_equations": limits.equations,
         "jax": jax.__version__,
     }
 
@@ -87,15 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-s", type=float, default=10.0, help="Limits.time_s for saturation")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--tracemalloc", action="store_true", help="also measure Python-side peak memory")
+    ap.add_argument("--equations", type=int, default=None, help="Limits.equations (default: jaxrw's)")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # child mode
     a = ap.parse_args(argv)
     if a.one is not None:
-        print(json.dumps(measure(a.one, a.time_s, a.tracemalloc)))
+        print(json.dumps(measure(a.one, a.time_s, a.tracemalloc, a.equations)))
         return 0
     rows = []
     for n in a.eqns:
         cmd = [sys.executable, "-m", "jaxrw.bench.scale", "--one", str(n), "--time-s", str(a.time_s)]
         cmd += ["--tracemalloc"] if a.tracemalloc else []
+        cmd += ["--equations", str(a.equations)] if a.equations else []
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
