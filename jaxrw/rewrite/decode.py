@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -292,18 +293,21 @@ def _fold_constants(
     concat_parts: dict[str, list[str]],
     original: frozenset[str],
 ) -> dict[str, Any]:
-    """Evaluate, once, data-movement nodes whose operands are all closed-over constants."""
+    """Evaluate, once, data-movement nodes whose operands are all closed-over constants.
+    Eagerly even when decode runs inside a jit trace (optimize builds a signature while jax.jit
+    traces its fast path): staged, the folded values would be tracers (found by fuzzing)."""
     values: dict[str, Any] = {}
     ctx = _Ctx(program, view, [], original)
-    for c in order:
-        n = nodes[c]
-        if n.op == "const" and program.const_is_arg[n.attrs[0]]:
-            values[c] = program.consts[n.attrs[0]]
-        elif n.op in FOLDABLE and c not in original:
-            parts = concat_parts.get(c, list(n.children))
-            if parts and all(p in values for p in parts):
-                if n.op == "concat":
-                    values[c] = np.asarray(lax.concatenate([values[p] for p in parts], n.attrs[0]))
-                else:
-                    values[c] = np.asarray(DECODERS[n.op](ctx, n, [values[ch] for ch in n.children]))
+    with jax.ensure_compile_time_eval():
+        for c in order:
+            n = nodes[c]
+            if n.op == "const" and program.const_is_arg[n.attrs[0]]:
+                values[c] = program.consts[n.attrs[0]]
+            elif n.op in FOLDABLE and c not in original:
+                parts = concat_parts.get(c, list(n.children))
+                if parts and all(p in values for p in parts):
+                    if n.op == "concat":
+                        values[c] = np.asarray(lax.concatenate([values[p] for p in parts], n.attrs[0]))
+                    else:
+                        values[c] = np.asarray(DECODERS[n.op](ctx, n, [values[ch] for ch in n.children]))
     return {c: v for c, v in values.items() if nodes[c].op != "const"}
