@@ -35,6 +35,7 @@ import jax
 import numpy as np
 
 from ..api import optimize
+from ..errors import VerificationError
 from ..rewrite.run import Limits
 from .fuzzgen import programs
 from .fuzzprog import build, make_inputs
@@ -90,12 +91,15 @@ def _check(spec: dict) -> Outcome:
         extractor=opts.get("extractor", "greedy"),
         cost_model=opts.get("cost_model", "roofline"),
         limits=limits,
+        verify=bool(opts.get("verify")) and not opts.get("poison"),
     )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got = jax.block_until_ready(opt(*args))
         report = opt.report(*args)
+    except VerificationError as e:  # verify=True found what this check would
+        return Outcome("mismatch", f"VerificationError: {e}")
     except Exception as e:  # noqa: BLE001 - every exception from optimize is a crash
         tb = traceback.format_exception(e)
         return Outcome("crash", f"{type(e).__name__}: {e}\n{''.join(tb[-6:])}")

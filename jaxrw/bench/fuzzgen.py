@@ -529,5 +529,7 @@ def programs(
         "seed": draw(st.integers(0, 2**16)),
         # now and then one input element is NaN or +-Inf (see fuzz.check for what must hold then)
         "poison": draw(st.sampled_from((None,) * 6 + ("nan", "inf", "-inf"))),
+        # verify=True: optimize's Python call path (built outside a trace, checked against jax.jit)
+        "verify": draw(st.sampled_from((False, False, True))),
     }
     return {"values": g.values, "outputs": outputs, "options": options}
