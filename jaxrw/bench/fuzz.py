@@ -204,8 +204,11 @@ class _Run:
         )
 
 
-def run(examples: int, seed: int, max_steps: int, progress: int = 100) -> tuple[_Run, list[dict]]:
-    """Run `examples` programs; returns the counts and the shrunk failures."""
+def run(
+    examples: int, seed: int, max_steps: int, progress: int = 100, save: Path | None = None
+) -> tuple[_Run, list[dict]]:
+    """Run `examples` programs; returns the counts and the shrunk failures (each also appended
+    to `save` as soon as it is shrunk, so a long run that is stopped keeps what it found)."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
 
@@ -249,6 +252,9 @@ def run(examples: int, seed: int, max_steps: int, progress: int = 100) -> tuple[
                 f"  FAILURE ({out.status}), shrunk: {out.message.splitlines()[0]}\n    {json.dumps(spec)}",
                 flush=True,
             )
+            if save is not None:
+                old = json.loads(save.read_text()) if save.exists() else []
+                save.write_text(json.dumps([*old, failures[-1]], indent=1) + "\n")
             state.last_failure = None
         attempt += 1
     return state, failures
@@ -269,11 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summary", type=Path, default=None, help="write the counts as JSON here")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    state, failures = run(a.examples, a.seed, a.max_steps, a.progress)
+    state, failures = run(a.examples, a.seed, a.max_steps, a.progress, a.save)
     elapsed = time.perf_counter() - t0
-    if failures:
-        old = json.loads(a.save.read_text()) if a.save.exists() else []
-        a.save.write_text(json.dumps(old + failures, indent=1) + "\n")
     c = state.counts
     print(
         f"jaxrw fuzz: {c['examples']} examples in {elapsed:.0f}s (seed {a.seed}, jax {jax.__version__}): "
