@@ -1,0 +1,632 @@
+"""Plans of `jax.shard_map` programs with collectives on a communication stream, checked on the CPU.
+
+`plan_collectives(fn, *args)` traces `fn`, takes its one `shard_map` body and gives every device of
+the mesh a lane of steps (`plan.Step`): compute regions (maximal runs of non-collective equations)
+`run` on the compute stream 0; each collective (psum/pmax/pmin as all_reduce, all_gather,
+reduce_scatter, ppermute, all_to_all) is a region `start`ed on the communication stream 1 (its
+event is the collective's id) after its producer, and awaited (`done`) just before its first
+consumer, so independent compute runs between start and done (the overlap). Equations are ordered
+for that: collectives as soon as they are ready, compute that does not wait on an in-flight
+collective before compute that does. The communication stream is FIFO, as a NCCL stream is.
+
+Every value that crosses a region boundary gets a buffer with a live range in lane steps; a buffer
+handed to a collective stays live until its `done`. `check(plan)` verifies each lane (reads after
+writes, consumers after `done`, no buffer reused under an in-flight collective) and that every device
+issues the collectives it shares with another device in the same order with the same participants
+(a mismatch deadlocks NCCL); it returns peak bytes per lane.
+
+Times: compute from the device Profile's roofline (`program.build_program`), collectives from
+`LinkCosts`, whose values are unmeasured placeholders. Emission is not built: running a plan through
+thunky needs several CUDA GPUs, which this workplace does not lend (docs/multi-gpu.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+import jax
+import numpy as np
+
+from .. import compat
+from ..rewrite.profiles import H200, Profile
+from .buffers import ARENA_ALIGN, Slot
+from .plan import H200_STREAMS, ScheduleError, Step, StreamCosts, _cluster_time, _table, _vals
+from .program import Lit, Program, build_program
+from .validate import PlanError
+
+__all__ = (
+    "KINDS LinkCosts H200_NVLINK Collective LaneRegion Lane CollectivePlan CollectiveError "
+    "plan_collectives plan_from_jaxpr live_ranges check validate"
+).split()
+
+COMPUTE, COMM = 0, 1  # the two streams of a lane
+START = -1  # lane time of the program inputs (before the first step)
+
+# collective primitive -> kind (jax 0.12 names; `psum` becomes `psum_invariant` under check_vma)
+KINDS = dict.fromkeys(("psum", "psum_invariant", "pmax", "pmin"), "all_reduce") | {
+    "all_gather": "all_gather",
+    "all_gather_invariant": "all_gather",
+    **{k: k for k in ("reduce_scatter", "ppermute", "all_to_all")},
+}
+# communicating primitives this model does not price or order yet
+UNMODELLED = frozenset(
+    {"psend", "precv", "pbroadcast", "pbroadcast_dynamic", "ragged_all_to_all", "all_gather_reduced"}
+    | {"unreduced_psum", "unreduced_pmax", "unreduced_pmin", "unreduced_reduce_scatter"}
+)
+
+
+@dataclass(frozen=True)
+class LinkCosts:
+    """A link model for one collective: launch + hops x hop_s + bytes sent per device / bandwidth.
+
+    UNMEASURED placeholders for NVLink 4 on H200 (no multi-GPU machine was lent): 900 GB/s per GPU
+    both ways is 450 GB/s each way, of which NCCL rings are assumed to reach 80%; a few µs per
+    launch and per ring hop. NCCL's share of SMs is not priced (compute runs at full speed while a
+    collective is in flight). Replace with `jaxrw calibrate` figures from a multi-GPU machine."""
+
+    bandwidth: float = 360e9  # bytes/s one device sends (placeholder)
+    hop_s: float = 2e-6  # latency per ring step (placeholder)
+    launch_s: float = 5e-6  # NCCL kernel launch and protocol setup (placeholder)
+
+
+H200_NVLINK = LinkCosts()
+
+
+class CollectiveError(PlanError):
+    """A collective plan breaks a lane-ordering, buffer or cross-device rule; the message lists each."""
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective equation of the body, as every device of its groups issues it."""
+
+    id: int
+    op: int  # index in the body program
+    prim: str
+    kind: str
+    axes: tuple[str, ...]
+    groups: tuple[tuple[int, ...], ...]  # participant device ids, in rank order, per group
+    nbytes: int  # the buffer the ring formula applies to: reduced, gathered result, scattered input
+    senders: frozenset[int] = frozenset()  # ppermute: devices that send (the others only receive)
+
+    @property
+    def size(self) -> int:
+        return len(self.groups[0])
+
+    def participants(self, device: int) -> tuple[int, ...]:
+        return next((g for g in self.groups if device in g), ())
+
+    def moved_bytes(self, device: int) -> float:
+        """Bytes this device sends: ring all-reduce 2(N-1)/N, gather/scatter/all-to-all (N-1)/N,
+        ppermute 1x (0 for a device that only receives)."""
+        n = self.size
+        if n <= 1:
+            return 0.0
+        if self.kind == "all_reduce":
+            return 2.0 * (n - 1) / n * self.nbytes
+        if self.kind == "ppermute":
+            return float(self.nbytes) if device in self.senders else 0.0
+        return (n - 1) / n * self.nbytes
+
+    def hops(self) -> int:
+        n = self.size
+        return 0 if n <= 1 else {"all_reduce": 2 * (n - 1), "ppermute": 1}.get(self.kind, n - 1)
+
+    def time_s(self, link: LinkCosts, device: int) -> float:
+        if self.size <= 1:
+            return 0.0
+        return link.launch_s + self.hops() * link.hop_s + self.moved_bytes(device) / link.bandwidth
+
+
+@dataclass(frozen=True)
+class LaneRegion:
+    """A compute region (stream 0) or one collective (stream 1); the same on every lane (SPMD)."""
+
+    id: int
+    kind: str  # "compute" | "collective"
+    ops: tuple[int, ...]
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+    stream: int
+    time_s: float
+    collective: int = -1
+
+
+@dataclass
+class Lane:
+    """One device: its steps, the participants it expects per collective, and its buffers."""
+
+    device: int
+    steps: list[Step]
+    peers: dict[int, tuple[int, ...]]  # collective id -> participants this device expects
+    slots: dict[int, Slot] = field(default_factory=dict)  # value -> where it lives on this device
+    time_s: float = 0.0
+
+
+@dataclass
+class CollectivePlan:
+    program: Program  # the shard_map body, one device's view (shapes are per-device shards)
+    mesh: dict[str, int]
+    regions: list[LaneRegion]
+    collectives: list[Collective]
+    lanes: dict[int, Lane]
+    link: LinkCosts = H200_NVLINK
+    predicted_s: float = 0.0  # slowest lane, collectives overlapped with independent compute
+    serial_s: float = 0.0  # the same work with no overlap
+    notes: list[str] = field(default_factory=list)
+
+    def collective_region(self, cid: int) -> LaneRegion:
+        return next(r for r in self.regions if r.collective == cid)
+
+    def __repr__(self) -> str:
+        us = 1e6
+        mesh = ", ".join(f"{k}: {v}" for k, v in self.mesh.items())
+        n_comp = sum(r.kind == "compute" for r in self.regions)
+        lines = [
+            f"CollectivePlan: mesh {{{mesh}}}, {len(self.lanes)} lanes, {n_comp} compute regions (stream "
+            f"{COMPUTE}), {len(self.collectives)} collectives (stream {COMM}); predicted "
+            f"{self.predicted_s * us:.1f} µs, serial {self.serial_s * us:.1f} µs "
+            "(link model: unmeasured placeholders)"
+        ]
+        first = next(iter(self.lanes), 0)
+        rows = [("collective", "kind", "prim", "axes", "participants", "bytes", "sent/device", "µs", "r")]
+        for c in self.collectives:
+            groups = " ".join("{" + ",".join(map(str, g)) + "}" for g in c.groups)
+            sent, t = max(c.moved_bytes(d) for d in self.lanes), c.time_s(self.link, first) * us
+            rid = self.collective_region(c.id).id
+            rows.append((f"c{c.id} (e{c.id})", c.kind, c.prim, ",".join(c.axes), groups, str(c.nbytes)))
+            rows[-1] += (f"{sent:.0f}", f"{t:.1f}", f"r{rid}")
+        lines += _table(rows) if self.collectives else ["  no collectives"]
+        rows = [("region", "kind", "stream", "ops", "µs", "reads -> writes")]
+        rows += [
+            (f"r{r.id}", r.kind, str(r.stream), str(len(r.ops)), f"{r.time_s * us:.1f}", _flow(r))
+            for r in self.regions
+        ]
+        lines += _table(rows)
+        peaks = _peaks(self)
+        rows = [("lane", "µs", "peak bytes", "steps")]
+        for d, ln in self.lanes.items():
+            same = d != first and ln.steps == self.lanes[first].steps
+            text = f"as d{first}" if same else "; ".join(_step_text(s) for s in ln.steps)
+            rows.append((f"d{d}", f"{ln.time_s * us:.1f}", str(peaks[d]), text))
+        lines += _table(rows)
+        if first in self.lanes:
+            lane = self.lanes[first]
+            live = live_ranges(self, lane)
+            rows = [("buffer", "slot", "bytes", "live steps", "held by")]
+            for v, s in lane.slots.items():
+                a, b, held = live[v]
+                by = ",".join(f"c{c}" for c in held) or "-"
+                rows.append(
+                    (f"v{v}", f"{s.storage}+{s.offset}", str(self.program.nbytes(v)), f"{a}..{b}", by)
+                )
+            lines.append(f"  buffers of lane d{first} (lanes have the same layout unless mutated):")
+            lines += _table(rows)
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _flow(r: LaneRegion) -> str:
+    return f"{_vals(r.reads)} -> {_vals(r.writes)}"
+
+
+def _step_text(s: Step) -> str:
+    if s.kind == "run":
+        return f"run r{s.regions[0]}"
+    if s.kind == "start":
+        return f"start c{s.event} on stream {s.stream}"
+    return f"done c{s.event}"
+
+
+# -- building -------------------------------------------------------------------------------------
+
+
+def plan_collectives(fn: Any, *args: Any, **options: Any) -> CollectivePlan:
+    """The plan of the one `shard_map` in `fn` traced at `args` (arrays or ShapeDtypeStructs whose
+    shardings match the shard_map's in_specs, as jax 0.12 requires); options as plan_from_jaxpr's."""
+    return plan_from_jaxpr(jax.make_jaxpr(fn)(*args), **options)
+
+
+def plan_from_jaxpr(
+    closed: Any, *, profile: Profile = H200, link: LinkCosts = H200_NVLINK, costs: StreamCosts = H200_STREAMS
+) -> CollectivePlan:
+    """The plan of the one `shard_map` equation in `closed` (searched through jit calls)."""
+    found = _shard_maps(closed.jaxpr)
+    if len(found) != 1:
+        raise ScheduleError(f"expected one shard_map in the program, found {len(found)}")
+    eqn = found[0]
+    mesh = eqn.params["mesh"]
+    names = tuple(mesh.axis_names)
+    sizes = tuple(int(mesh.shape[a]) for a in names)
+    try:
+        ids = np.vectorize(lambda d: d.id)(mesh.devices)
+    except (AttributeError, ValueError):  # an AbstractMesh: devices numbered in mesh order
+        ids = np.arange(math.prod(sizes)).reshape(sizes)
+    body = eqn.params["jaxpr"]  # NamedAxisEffects are the collectives themselves: dropped to price it
+    prog = build_program(compat.ClosedJaxpr(body.replace(effects=set()), ()), profile)
+    colls = _collectives(prog, ids, names)
+    order = _order(prog, {c.op for c in colls})
+    regions, steps = _regions(prog, order, colls, costs)
+    plan = CollectivePlan(prog, dict(zip(names, sizes, strict=True)), regions, colls, {}, link)
+    for d in (int(x) for x in ids.reshape(-1)):
+        plan.lanes[d] = Lane(d, list(steps), {c.id: c.participants(d) for c in colls})
+        _place(plan, plan.lanes[d])
+    _predict(plan)
+    return plan
+
+
+def _shard_maps(jaxpr: Any) -> list[Any]:
+    out = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "shard_map":
+            out.append(eqn)
+        elif eqn.primitive.name in compat.INLINED_CALLS:
+            out += _shard_maps(compat.call_body(eqn).jaxpr)
+    return out
+
+
+def _collectives(prog: Program, ids: np.ndarray, names: tuple[str, ...]) -> list[Collective]:
+    out: list[Collective] = []
+    for op in prog.ops:
+        if op.name in UNMODELLED:
+            raise ScheduleError(f"collective {op.name} is not modelled by collective plans")
+        if op.name not in KINDS:
+            continue
+        kind = KINDS[op.name]
+        p = op.params
+        axes = p.get("axes", p.get("axis_name"))
+        axes = tuple(axes) if isinstance(axes, tuple | list) else (axes,)
+        if any(not isinstance(a, str) for a in axes):
+            raise ScheduleError(f"{op.name} over positional axes {axes} is not modelled")
+        moved = np.moveaxis(ids, [names.index(a) for a in axes], range(ids.ndim - len(axes), ids.ndim))
+        rows = moved.reshape(-1, math.prod(ids.shape[names.index(a)] for a in axes))
+        sub = p.get("axis_index_groups")
+        groups = [tuple(int(row[i]) for i in g) for row in rows for g in (sub or [range(len(row))])]
+        ins = [a for a in op.ins if not isinstance(a, Lit)]
+        nbytes = sum(prog.nbytes(v) for v in (op.outs if kind == "all_gather" else ins))
+        senders = frozenset()
+        if kind == "ppermute":
+            senders = frozenset(g[src] for g in groups for src, _ in p["perm"])
+        out.append(Collective(len(out), op.index, op.name, kind, axes, tuple(groups), nbytes, senders))
+    return out
+
+
+def _order(prog: Program, coll_ops: set[int]) -> list[int]:
+    """A topological order of the body's ops: ready collectives first, then compute that does not
+    read an in-flight collective's result, then (awaiting it) the earliest remaining op."""
+    deps = {
+        op.index: {prog.producer[a] for a in op.ins if not isinstance(a, Lit) and a in prog.producer}
+        for op in prog.ops
+    }
+    done: list[int] = []
+    inflight: list[int] = []  # collective ops not yet awaited, in start order
+    while len(done) < len(prog.ops):
+        ready = [i for i in deps if i not in done and deps[i] <= set(done)]
+        colls = [i for i in ready if i in coll_ops]
+        free = [i for i in ready if i not in coll_ops and not deps[i] & set(inflight)]
+        i = min(colls or free or ready)
+        if i in coll_ops:
+            inflight.append(i)
+        elif deps[i] & set(inflight):  # awaiting one collective awaits the earlier ones (FIFO stream)
+            del inflight[: max(inflight.index(c) for c in deps[i] & set(inflight)) + 1]
+        done.append(i)
+    return done
+
+
+def _regions(
+    prog: Program, order: list[int], colls: list[Collective], costs: StreamCosts
+) -> tuple[list[LaneRegion], list[Step]]:
+    """Cut `order` into compute regions and collective regions, with the lane's steps."""
+    by_op = {c.op: c for c in colls}
+    made_by = {o: c for c in colls for o in prog.ops[c.op].outs}
+    outputs = {v for v in prog.outputs if not isinstance(v, Lit)}
+    regions: list[LaneRegion] = []
+    steps: list[Step] = []
+    current: list[int] = []
+    inflight: list[int] = []  # collective ids started, not yet done, in start order
+
+    def used_after(v: int, ops: set[int]) -> bool:
+        return v in outputs or any(u not in ops for u in prog.users.get(v, []))
+
+    def flush() -> None:
+        if not current:
+            return
+        ops = set(current)
+        made = {o for i in current for o in prog.ops[i].outs}
+        ins = {a for i in current for a in prog.ops[i].ins if not isinstance(a, Lit)}
+        reads = tuple(sorted(v for v in ins - made if v not in prog.consts))
+        writes = tuple(sorted(v for v in made if used_after(v, ops)))
+        t = _cluster_time(prog, current, costs)
+        regions.append(LaneRegion(len(regions), "compute", tuple(current), reads, writes, COMPUTE, t))
+        steps.append(Step("run", (regions[-1].id,)))
+        current.clear()
+
+    for i in order:
+        op = prog.ops[i]
+        if i in by_op:
+            flush()
+            c = by_op[i]
+            reads = tuple(a for a in op.ins if not isinstance(a, Lit) and a not in prog.consts)
+            regions.append(LaneRegion(len(regions), "collective", (i,), reads, op.outs, COMM, 0.0, c.id))
+            steps.append(Step("start", (regions[-1].id,), COMM, c.id))
+            inflight.append(c.id)
+            continue
+        need = [inflight.index(made_by[a].id) for a in op.ins if a in made_by and made_by[a].id in inflight]
+        if need:
+            flush()
+            upto = max(need) + 1  # the stream is FIFO: earlier collectives are finished too
+            steps += [Step("done", (), COMM, c) for c in inflight[:upto]]
+            del inflight[:upto]
+        current.append(i)
+    flush()
+    steps += [Step("done", (), COMM, c) for c in inflight]
+    return regions, steps
+
+
+def _place(plan: CollectivePlan, lane: Lane) -> None:
+    """Slots of one lane: inputs stay in their own storage; every other crossing value goes to a
+    per-dtype arena, first-fit, sharing bytes only with values whose live ranges are disjoint."""
+    prog = plan.program
+    live = live_ranges(plan, lane)
+    placed: dict[str, list[tuple[int, int, int, int]]] = {}  # storage -> (start, end, first, last)
+    for v in sorted(live, key=lambda x: (live[x][0], x)):
+        shape, dt = prog.shape(v), str(prog.dtype(v))
+        if v in prog.inputs:
+            lane.slots[v] = Slot(f"in:{prog.inputs.index(v)}", 0, shape, dt)
+            continue
+        first, last, _ = live[v]
+        unit = max(1, ARENA_ALIGN // prog.dtype(v).itemsize)
+        size = max(1, math.prod(shape))
+        busy = sorted((a, b) for a, b, f, la in placed.get(dt, []) if not (la < first or last < f))
+        off = 0
+        for a, b in busy:
+            if off + size <= a:
+                break
+            off = max(off, -(-b // unit) * unit)
+        placed.setdefault(dt, []).append((off, off + size, first, last))
+        lane.slots[v] = Slot(f"arena:{dt}", off, shape, dt)
+
+
+def _predict(plan: CollectivePlan) -> None:
+    """Per lane: the compute stream runs its regions in order; the FIFO comm stream runs each
+    collective once started and free; `done` waits for it. Peers are assumed to arrive together."""
+    colls = {c.id: c for c in plan.collectives}
+    for d, lane in plan.lanes.items():
+        t = comm = 0.0
+        finish: dict[int, float] = {}
+        for s in lane.steps:
+            if s.kind == "run":
+                t += plan.regions[s.regions[0]].time_s
+            elif s.kind == "start":
+                comm = max(t, comm) + colls[s.event].time_s(plan.link, d)
+                finish[s.event] = comm
+            else:
+                t = max(t, finish.get(s.event, t))
+        lane.time_s = max(t, comm)
+    plan.predicted_s = max((ln.time_s for ln in plan.lanes.values()), default=0.0)
+    compute = sum(r.time_s for r in plan.regions)
+    plan.serial_s = max(
+        (compute + sum(c.time_s(plan.link, d) for c in plan.collectives) for d in plan.lanes), default=0.0
+    )
+
+
+# -- validation -----------------------------------------------------------------------------------
+
+
+def live_ranges(plan: CollectivePlan, lane: Lane) -> dict[int, tuple[int, int, tuple[int, ...]]]:
+    """value -> (first, last, collectives holding it): lane times (step indices, START for inputs,
+    len(steps) for outputs). A collective's result is live from its start; its operands until its
+    done (never done: to the end)."""
+    prog = plan.program
+    end = len(lane.steps)
+    done = {s.event: k for k, s in enumerate(lane.steps) if s.kind == "done"}
+    first: dict[int, int] = {v: START for v in prog.inputs}
+    last: dict[int, int] = {}
+    held: dict[int, list[int]] = {}
+    for k, s in enumerate(lane.steps):
+        if s.kind not in ("run", "start"):
+            continue
+        r = plan.regions[s.regions[0]]
+        until = k if s.kind == "run" else done.get(s.event, end)
+        for v in r.reads:
+            last[v] = max(last.get(v, START), until)
+            if s.kind == "start":
+                held.setdefault(v, []).append(s.event)
+        for v in r.writes:
+            first.setdefault(v, k)
+    for v in prog.outputs:
+        if not isinstance(v, Lit) and v not in prog.consts:
+            last[v] = end
+    return {v: (f, max(f, last.get(v, f)), tuple(held.get(v, ()))) for v, f in first.items()}
+
+
+class _Order:
+    """Happens-before on one lane: compute steps in order; a collective runs after every compute
+    step before its start and after every collective started earlier (FIFO stream), and finishes
+    before every compute step after its done."""
+
+    def __init__(self, lane: Lane):
+        self.start = {s.event: k for k, s in enumerate(lane.steps) if s.kind == "start"}
+        self.done = {s.event: k for k, s in enumerate(lane.steps) if s.kind == "done"}
+
+    def before(self, a: tuple[str, int], b: tuple[str, int]) -> bool:
+        """a, b: ("input", -1) | ("run", step) | ("coll", collective id)."""
+        if a[0] == "input":
+            return True
+        if a[0] == "run":
+            return a[1] < (b[1] if b[0] == "run" else self.start.get(b[1], -1))
+        if b[0] == "run":
+            return self.done.get(a[1], math.inf) < b[1]
+        sa, sb = self.start.get(a[1], math.inf), self.start.get(b[1], -1)
+        return sa < sb or self.done.get(a[1], math.inf) < sb
+
+
+def validate(plan: CollectivePlan) -> tuple[list[str], dict[int, int]]:
+    """Every check; (problems, peak bytes per lane). Problems are returned, not raised."""
+    problems: list[str] = []
+    for lane in plan.lanes.values():
+        if _check_steps(plan, lane, problems):
+            _check_reads(plan, lane, problems)
+            _check_buffers(plan, lane, problems)
+    _check_issue_order(plan, problems)
+    return problems, _peaks(plan)
+
+
+def check(plan: CollectivePlan) -> dict[int, int]:
+    """Validate `plan`; raise CollectiveError listing every problem, else return peak bytes per lane."""
+    problems, peaks = validate(plan)
+    if problems:
+        raise CollectiveError(
+            f"invalid collective plan ({len(problems)} problems):\n  " + "\n  ".join(problems[:30])
+        )
+    return peaks
+
+
+def _check_steps(plan: CollectivePlan, lane: Lane, problems: list[str]) -> bool:
+    """Each compute region runs once on stream 0; each collective starts once on stream 1, then is
+    done once. Returns False when the lane is too broken for the other checks."""
+    n, d = len(problems), lane.device
+    ran: set[int] = set()
+    started: set[int] = set()
+    finished: set[int] = set()
+    for k, s in enumerate(lane.steps):
+        r = plan.regions[s.regions[0]] if s.regions and 0 <= s.regions[0] < len(plan.regions) else None
+        if s.kind == "run":
+            if r is None or r.kind != "compute" or s.stream != COMPUTE or r.id in ran:
+                problems.append(f"lane d{d} step {k}: a run step executes a new compute region on stream 0")
+            else:
+                ran.add(r.id)
+        elif s.kind == "start":
+            if r is None or r.collective != s.event or s.stream != COMM or s.event in started:
+                problems.append(f"lane d{d} step {k}: start c{s.event} must issue it once on stream {COMM}")
+            started.add(s.event)
+        elif s.kind == "done":
+            if s.event not in started or s.event in finished:
+                problems.append(f"lane d{d} step {k}: done c{s.event} without a start, or twice")
+            finished.add(s.event)
+        else:
+            problems.append(f"lane d{d} step {k}: unknown step kind {s.kind!r}")
+    for r in plan.regions:
+        if r.kind == "compute" and r.id not in ran:
+            problems.append(f"lane d{d}: compute region r{r.id} never runs")
+        if r.kind == "collective" and r.collective not in started:
+            problems.append(f"lane d{d}: collective c{r.collective} is never issued")
+        elif r.kind == "collective" and r.collective not in finished:
+            problems.append(f"lane d{d}: collective c{r.collective} is never done (async_done missing)")
+    return len(problems) == n
+
+
+def _check_reads(plan: CollectivePlan, lane: Lane, problems: list[str]) -> None:
+    d = lane.device
+    order = _Order(lane)
+    writers = {  # value -> ("run", region id) | ("coll", collective id)
+        v: ("coll", r.collective) if r.kind == "collective" else ("run", r.id)
+        for r in plan.regions
+        for v in r.writes
+    }
+    run_at = {s.regions[0]: k for k, s in enumerate(lane.steps) if s.kind == "run"}
+    kinds = {c.id: c.kind for c in plan.collectives}
+    for k, s in enumerate(lane.steps):
+        if s.kind == "done":
+            continue
+        r = plan.regions[s.regions[0]]
+        me = ("run", k) if s.kind == "run" else ("coll", s.event)
+        for v in r.reads:
+            if v in plan.program.inputs:
+                continue
+            w = writers.get(v)
+            src = ("run", run_at.get(w[1], math.inf)) if w and w[0] == "run" else w
+            if src is not None and order.before(src, me):  # type: ignore[arg-type]
+                continue
+            what = f"step {k} ({_step_text(s)})"
+            if w and w[0] == "coll" and me[0] == "run" and order.start.get(w[1], math.inf) < k:
+                at = order.done.get(w[1])
+                when = f"at step {at}" if at is not None else "(never done)"
+                problems.append(
+                    f"lane d{d}: {what} reads v{v}, the result of collective c{w[1]} "
+                    f"({kinds[w[1]]}), before its done {when}"
+                )
+            else:
+                by = "nothing" if w is None else (f"r{w[1]}" if w[0] == "run" else f"c{w[1]}")
+                problems.append(f"lane d{d}: {what} reads v{v} before it is written (by {by})")
+
+
+def _check_buffers(plan: CollectivePlan, lane: Lane, problems: list[str]) -> None:
+    """Values sharing bytes of a storage must have disjoint live ranges; a collective's operand is
+    live until its done, so a write into it while the collective is in flight is reported as such."""
+    d = lane.device
+    live = live_ranges(plan, lane)
+    kinds = {c.id: c.kind for c in plan.collectives}
+    order = _Order(lane)
+    for v in live:
+        if v not in lane.slots:
+            problems.append(f"lane d{d}: v{v} crosses a region boundary but has no buffer")
+    vals = sorted((v for v in live if v in lane.slots), key=lambda v: (lane.slots[v].storage, v))
+    for i, a in enumerate(vals):
+        sa = lane.slots[a]
+        for b in vals[i + 1 :]:
+            sb = lane.slots[b]
+            if sb.storage != sa.storage:
+                break
+            (a0, a1), (b0, b1) = sa.byte_range, sb.byte_range
+            if a1 <= b0 or b1 <= a0 or sa.storage.startswith("in:"):
+                continue
+            (fa, la, ha), (fb, lb, hb) = live[a], live[b]
+            if la < fb or lb < fa:
+                continue
+            for held, h, w, wfirst in ((a, ha, b, fb), (b, hb, a, fa)):
+                c = next((c for c in h if order.start[c] <= wfirst <= order.done.get(c, math.inf)), None)
+                if c is not None and w not in plan.program.inputs:
+                    problems.append(
+                        f"lane d{d}: v{w} is written at step {wfirst} into the bytes of v{held}, held by "
+                        f"in-flight collective c{c} ({kinds[c]}) until its done (step {order.done.get(c)})"
+                    )
+                    break
+            else:
+                problems.append(
+                    f"lane d{d}: v{a} (steps {fa}..{la}) and v{b} (steps {fb}..{lb}) share bytes of "
+                    f"{sa.storage} while both are live"
+                )
+
+
+def _check_issue_order(plan: CollectivePlan, problems: list[str]) -> None:
+    """Participants agree on each collective, and any two devices issue the collectives they share
+    in the same order (NCCL matches collectives by issue order: a mismatch deadlocks)."""
+    kinds = {c.id: c.kind for c in plan.collectives}
+    issued = {d: [s.event for s in ln.steps if s.kind == "start"] for d, ln in plan.lanes.items()}
+    for d, lane in plan.lanes.items():
+        for c, peers in sorted(lane.peers.items()):
+            if peers and d not in peers:
+                problems.append(f"collective c{c} ({kinds.get(c)}): device {d} is not among its participants")
+            for e in peers:
+                other = plan.lanes[e].peers.get(c) if e in plan.lanes else None
+                if e > d and other != peers:
+                    problems.append(
+                        f"collective c{c} ({kinds.get(c)}): participants differ: device {d} expects "
+                        f"{list(peers)}, device {e} expects {list(other or ())}"
+                    )
+    devices = sorted(plan.lanes)
+    for i, d in enumerate(devices):
+        for e in devices[i + 1 :]:
+            mine = [c for c in issued[d] if e in plan.lanes[d].peers.get(c, ())]
+            theirs = [c for c in issued[e] if d in plan.lanes[e].peers.get(c, ())]
+            if mine != theirs:
+                a, b = (", ".join(f"c{c} {kinds.get(c)}" for c in cs) for cs in (mine, theirs))
+                problems.append(
+                    f"collectives issued in a different order on device {d} ({a}) and device {e} ({b}): "
+                    "NCCL would deadlock"
+                )
+
+
+def _peaks(plan: CollectivePlan) -> dict[int, int]:
+    """Most bytes live at once per lane (inputs, crossing values and outputs, by live range)."""
+    out: dict[int, int] = {}
+    for d, lane in plan.lanes.items():
+        live = live_ranges(plan, lane)
+        nb = plan.program.nbytes
+        deltas = sorted(x for v, (f, la, _) in live.items() for x in ((f, nb(v)), (la + 1, -nb(v))))
+        out[d] = max(accumulate(n for _, n in deltas), default=0)  # at one time, frees come first
+    return out
