@@ -572,7 +572,7 @@ def _check_buffers(plan: CollectivePlan, lane: Lane, problems: list[str]) -> Non
             if sb.storage != sa.storage:
                 break
             (a0, a1), (b0, b1) = sa.byte_range, sb.byte_range
-            if a1 <= b0 or b1 <= a0 or sa.storage.startswith("in:"):
+            if a1 <= b0 or b1 <= a0 or {a, b} <= set(plan.program.inputs):  # inputs are read-only
                 continue
             (fa, la, ha), (fb, lb, hb) = live[a], live[b]
             if la < fb or lb < fa:
@@ -597,13 +597,15 @@ def _check_issue_order(plan: CollectivePlan, problems: list[str]) -> None:
     in the same order (NCCL matches collectives by issue order: a mismatch deadlocks)."""
     kinds = {c.id: c.kind for c in plan.collectives}
     issued = {d: [s.event for s in ln.steps if s.kind == "start"] for d, ln in plan.lanes.items()}
+    seen: set[tuple[int, ...]] = set()  # (collective, device, device) pairs already reported
     for d, lane in plan.lanes.items():
         for c, peers in sorted(lane.peers.items()):
             if peers and d not in peers:
                 problems.append(f"collective c{c} ({kinds.get(c)}): device {d} is not among its participants")
             for e in peers:
                 other = plan.lanes[e].peers.get(c) if e in plan.lanes else None
-                if e > d and other != peers:
+                if other != peers and (c, *sorted((d, e))) not in seen:
+                    seen.add((c, *sorted((d, e))))
                     problems.append(
                         f"collective c{c} ({kinds.get(c)}): participants differ: device {d} expects "
                         f"{list(peers)}, device {e} expects {list(other or ())}"
