@@ -47,10 +47,9 @@ START = -1  # lane time of the program inputs (before the first step)
 
 # collective primitive -> kind (jax 0.12 names; `psum` becomes `psum_invariant` under check_vma)
 KINDS = dict.fromkeys(("psum", "psum_invariant", "pmax", "pmin"), "all_reduce") | {
-    "all_gather": "all_gather",
-    "all_gather_invariant": "all_gather",
-    **{k: k for k in ("reduce_scatter", "ppermute", "all_to_all")},
+    "all_gather_invariant": "all_gather"
 }
+KINDS |= {k: k for k in ("all_gather", "reduce_scatter", "ppermute", "all_to_all")}
 # communicating primitives this model does not price or order yet
 UNMODELLED = frozenset(
     {"psend", "precv", "pbroadcast", "pbroadcast_dynamic", "ragged_all_to_all", "all_gather_reduced"}
@@ -103,13 +102,9 @@ class Collective:
         """Bytes this device sends: ring all-reduce 2(N-1)/N, gather/scatter/all-to-all (N-1)/N,
         ppermute 1x (0 for a device that only receives)."""
         n = self.size
-        if n <= 1:
-            return 0.0
-        if self.kind == "all_reduce":
-            return 2.0 * (n - 1) / n * self.nbytes
         if self.kind == "ppermute":
-            return float(self.nbytes) if device in self.senders else 0.0
-        return (n - 1) / n * self.nbytes
+            return float(self.nbytes) if n > 1 and device in self.senders else 0.0
+        return (2.0 if self.kind == "all_reduce" else 1.0) * (n - 1) / n * self.nbytes
 
     def hops(self) -> int:
         n = self.size
@@ -156,7 +151,6 @@ class CollectivePlan:
     link: LinkCosts = H200_NVLINK
     predicted_s: float = 0.0  # slowest lane, collectives overlapped with independent compute
     serial_s: float = 0.0  # the same work with no overlap
-    notes: list[str] = field(default_factory=list)
 
     def collective_region(self, cid: int) -> LaneRegion:
         return next(r for r in self.regions if r.collective == cid)
@@ -181,10 +175,9 @@ class CollectivePlan:
             rows[-1] += (f"{sent:.0f}", f"{t:.1f}", f"r{rid}")
         lines += _table(rows) if self.collectives else ["  no collectives"]
         rows = [("region", "kind", "stream", "ops", "µs", "reads -> writes")]
-        rows += [
-            (f"r{r.id}", r.kind, str(r.stream), str(len(r.ops)), f"{r.time_s * us:.1f}", _flow(r))
-            for r in self.regions
-        ]
+        for r in self.regions:
+            flow = f"{_vals(r.reads)} -> {_vals(r.writes)}"
+            rows.append((f"r{r.id}", r.kind, str(r.stream), str(len(r.ops)), f"{r.time_s * us:.1f}", flow))
         lines += _table(rows)
         peaks = _peaks(self)
         rows = [("lane", "µs", "peak bytes", "steps")]
@@ -199,26 +192,16 @@ class CollectivePlan:
             rows = [("buffer", "slot", "bytes", "live steps", "held by")]
             for v, s in lane.slots.items():
                 a, b, held = live[v]
-                by = ",".join(f"c{c}" for c in held) or "-"
-                rows.append(
-                    (f"v{v}", f"{s.storage}+{s.offset}", str(self.program.nbytes(v)), f"{a}..{b}", by)
-                )
+                by, nb = ",".join(f"c{c}" for c in held) or "-", str(self.program.nbytes(v))
+                rows.append((f"v{v}", f"{s.storage}+{s.offset}", nb, f"{a}..{b}", by))
             lines.append(f"  buffers of lane d{first} (lanes have the same layout unless mutated):")
             lines += _table(rows)
-        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
-def _flow(r: LaneRegion) -> str:
-    return f"{_vals(r.reads)} -> {_vals(r.writes)}"
-
-
 def _step_text(s: Step) -> str:
-    if s.kind == "run":
-        return f"run r{s.regions[0]}"
-    if s.kind == "start":
-        return f"start c{s.event} on stream {s.stream}"
-    return f"done c{s.event}"
+    where = f" on stream {s.stream}" if s.kind == "start" else ""
+    return f"run r{s.regions[0]}" if s.kind == "run" else f"{s.kind} c{s.event}{where}"
 
 
 # -- building -------------------------------------------------------------------------------------
@@ -297,14 +280,17 @@ def _collectives(prog: Program, ids: np.ndarray, names: tuple[str, ...]) -> list
 def _order(prog: Program, coll_ops: set[int]) -> list[int]:
     """A topological order of the body's ops: ready collectives first, then compute that does not
     read an in-flight collective's result, then (awaiting it) the earliest remaining op."""
-    deps = {
-        op.index: {prog.producer[a] for a in op.ins if not isinstance(a, Lit) and a in prog.producer}
-        for op in prog.ops
-    }
+    made = prog.producer
+    deps = {op.index: {made[a] for a in op.ins if not isinstance(a, Lit) and a in made} for op in prog.ops}
+    users: dict[int, list[int]] = {i: [] for i in deps}
+    for i, ds in deps.items():
+        for p in ds:
+            users[p].append(i)
+    missing = {i: len(ds) for i, ds in deps.items()}
+    ready = {i for i, n in missing.items() if n == 0}
     done: list[int] = []
     inflight: list[int] = []  # collective ops not yet awaited, in start order
-    while len(done) < len(prog.ops):
-        ready = [i for i in deps if i not in done and deps[i] <= set(done)]
+    while ready:
         colls = [i for i in ready if i in coll_ops]
         free = [i for i in ready if i not in coll_ops and not deps[i] & set(inflight)]
         i = min(colls or free or ready)
@@ -312,7 +298,12 @@ def _order(prog: Program, coll_ops: set[int]) -> list[int]:
             inflight.append(i)
         elif deps[i] & set(inflight):  # awaiting one collective awaits the earlier ones (FIFO stream)
             del inflight[: max(inflight.index(c) for c in deps[i] & set(inflight)) + 1]
+        ready.discard(i)
         done.append(i)
+        for u in users[i]:
+            missing[u] -= 1
+            if missing[u] == 0:
+                ready.add(u)
     return done
 
 
@@ -479,9 +470,8 @@ def check(plan: CollectivePlan) -> dict[int, int]:
     """Validate `plan`; raise CollectiveError listing every problem, else return peak bytes per lane."""
     problems, peaks = validate(plan)
     if problems:
-        raise CollectiveError(
-            f"invalid collective plan ({len(problems)} problems):\n  " + "\n  ".join(problems[:30])
-        )
+        listed = "\n  ".join(problems[:30])
+        raise CollectiveError(f"invalid collective plan ({len(problems)} problems):\n  {listed}")
     return peaks
 
 
@@ -489,9 +479,7 @@ def _check_steps(plan: CollectivePlan, lane: Lane, problems: list[str]) -> bool:
     """Each compute region runs once on stream 0; each collective starts once on stream 1, then is
     done once. Returns False when the lane is too broken for the other checks."""
     n, d = len(problems), lane.device
-    ran: set[int] = set()
-    started: set[int] = set()
-    finished: set[int] = set()
+    ran, started, finished = set[int](), set[int](), set[int]()
     for k, s in enumerate(lane.steps):
         r = plan.regions[s.regions[0]] if s.regions and 0 <= s.regions[0] < len(plan.regions) else None
         if s.kind == "run":
@@ -541,26 +529,22 @@ def _check_reads(plan: CollectivePlan, lane: Lane, problems: list[str]) -> None:
             src = ("run", run_at.get(w[1], math.inf)) if w and w[0] == "run" else w
             if src is not None and order.before(src, me):  # type: ignore[arg-type]
                 continue
-            what = f"step {k} ({_step_text(s)})"
+            what = f"lane d{d}: step {k} ({_step_text(s)}) reads v{v}"
             if w and w[0] == "coll" and me[0] == "run" and order.start.get(w[1], math.inf) < k:
-                at = order.done.get(w[1])
-                when = f"at step {at}" if at is not None else "(never done)"
+                when = f"at step {order.done[w[1]]}" if w[1] in order.done else "(never done)"
                 problems.append(
-                    f"lane d{d}: {what} reads v{v}, the result of collective c{w[1]} "
-                    f"({kinds[w[1]]}), before its done {when}"
+                    f"{what}, the result of collective c{w[1]} ({kinds[w[1]]}), before its done {when}"
                 )
             else:
                 by = "nothing" if w is None else (f"r{w[1]}" if w[0] == "run" else f"c{w[1]}")
-                problems.append(f"lane d{d}: {what} reads v{v} before it is written (by {by})")
+                problems.append(f"{what} before it is written (by {by})")
 
 
 def _check_buffers(plan: CollectivePlan, lane: Lane, problems: list[str]) -> None:
     """Values sharing bytes of a storage must have disjoint live ranges; a collective's operand is
     live until its done, so a write into it while the collective is in flight is reported as such."""
-    d = lane.device
-    live = live_ranges(plan, lane)
+    d, live, order = lane.device, live_ranges(plan, lane), _Order(lane)
     kinds = {c.id: c.kind for c in plan.collectives}
-    order = _Order(lane)
     for v in live:
         if v not in lane.slots:
             problems.append(f"lane d{d}: v{v} crosses a region boundary but has no buffer")
