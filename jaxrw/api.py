@@ -13,7 +13,6 @@ import logging
 import os
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 
 from . import compat
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError, check_choice
+from .hoist import HoistedCall
 from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
@@ -108,6 +108,9 @@ class Optimized:
     _keep: bool = field(default=False, repr=False)  # keep each signature's RewriteResult (explain)
     _fast: Any = field(default=None, repr=False)  # jax.jit of `_inline` (see `_fast_path`)
     _fast_state: str = field(default="unknown", repr=False)  # "on", "off" or "broken"
+    # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
+    # last hoisted signature called with them, so a call with cached slow arrays skips the full key
+    _hot: dict[Any, tuple] = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
@@ -142,6 +145,16 @@ class Optimized:
                 return self._fast_failed(e, args, kwargs)
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
+        hot = self._hot.get((in_tree, statics)) if self._hot else None
+        if hot is not None:  # hoisting, this structure seen before: are the slow arrays cached?
+            entry, fast, fast_keys = hot
+            h = entry.call
+            if tuple(_leaf_key(leaves[i]) for i in fast) == fast_keys:
+                ids = tuple(id(leaves[i]) for i in h.slow)
+                if ids == h.ids and h.values is not None:
+                    return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
+                if h.wants_direct(ids):
+                    return self._jitted(*args, **kwargs)
         key = (in_tree, tuple(map(_leaf_key, leaves)), statics)
         entry = self._cache.get(key)
         if entry is None:
@@ -156,6 +169,9 @@ class Optimized:
             except Exception as e:  # noqa: BLE001 - never break the user's program
                 return self._first_call_failed(entry, e, args, kwargs)
             entry.proven = True
+        if isinstance(entry.call, HoistedCall) and not self.verify and entry.call.values is not None:
+            fast = tuple(i for i in range(len(leaves)) if i not in set(entry.call.slow))
+            self._hot[(in_tree, statics)] = (entry, fast, tuple(key[1][i] for i in fast))
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not any(compat.is_tracer(x) for x in leaves):
             self._verify(result, args, kwargs)
@@ -232,6 +248,7 @@ class Optimized:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._hot.clear()
         self._fast = jax.jit(
             self._inline,
             static_argnums=self.static_argnums,
@@ -399,44 +416,6 @@ class Optimized:
                 raise VerificationError(
                     f"{_name(self.fn)}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}"
                 )
-
-
-class HoistedCall:
-    """Runs the prologue only when the hoisted arrays change, then the main program.
-
-    The cache key is the identity (`id`) of every hoisted leaf. A dropped parameter is never kept
-    alive (only weak references and finalizers point at it), and a finalizer invalidates the cache
-    when a cached leaf dies, so a new array that recycles an old id is never mistaken for it.
-    Hoisted leaves that are tracers (jit/grad/vmap with respect to the parameters) run the
-    prologue as ordinary traced computation and are never cached."""
-
-    def __init__(self, hoisted: Any, donate: tuple[int, ...]):
-        self.slow = hoisted.slow
-        self.nbytes = hoisted.nbytes
-        self.prologue = jax.jit(hoisted.prologue)
-        self.main = jax.jit(hoisted.main, donate_argnums=donate)
-        self._ids: tuple[int, ...] | None = None
-        self._refs: list[weakref.ref] | None = None
-        self._values: list[Any] | None = None
-        self.prologue_runs = 0
-
-    def _invalidate(self) -> None:
-        self._ids = None
-        self._values = None
-
-    def __call__(self, *leaves: Any) -> Any:
-        slow = [leaves[i] for i in self.slow]
-        ids = tuple(map(id, slow))
-        values = self._values
-        if values is None or ids != self._ids:
-            values = self.prologue(*slow)
-            if not any(compat.is_tracer(x) for x in slow):
-                self._ids, self._values = ids, values
-                self._refs = [weakref.ref(x) for x in slow]
-                for x in slow:
-                    weakref.finalize(x, self._invalidate)
-                self.prologue_runs += 1
-        return self.main(*leaves, *values)
 
 
 def _check_bytes(v: Any) -> int:

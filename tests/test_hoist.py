@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jaxrw
-from jaxrw.api import HoistedCall
+from jaxrw.hoist import HoistedCall
 
 
 def _params(seed, d=64, r=64):
@@ -47,9 +47,33 @@ def test_prologue_runs_once_per_parameter_set():
     assert rep.rewritten and rep.hoisted_bytes == 64 * 64 * 4
     p2 = jax.tree_util.tree_map(lambda a: a * 1.5, p)  # an optimizer step: new arrays
     np.testing.assert_allclose(opt(p2, x), f(p2, x), rtol=1e-4, atol=1e-5)
-    assert call.prologue_runs == 2
+    assert (call.prologue_runs, call.direct_runs) == (1, 1)  # new arrays, once: jax.jit's program
+    np.testing.assert_allclose(opt(p2, x + 1), f(p2, x + 1), rtol=1e-4, atol=1e-5)
+    assert call.prologue_runs == 2  # the same new arrays again: they are reused, hoist them
     opt(p2, x)
-    assert call.prologue_runs == 2
+    assert (call.prologue_runs, call.direct_runs) == (2, 1)
+
+
+def test_parameters_new_on_every_call_run_jax_jit_programs():
+    # a training loop: hoisting would concatenate weights on every step, so after the first
+    # call jaxrw runs jax.jit's program (never slower than jax.jit) and results stay right
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    x = _x(11)
+    for step in range(4):
+        p = _params(20 + step)
+        np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+    call = _call(opt)
+    assert (call.prologue_runs, call.direct_runs) == (1, 3)
+
+
+def test_hot_call_passes_only_the_leaves_main_reads():
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    p, x = _params(12), _x(13)
+    opt(p, x)
+    call = _call(opt)
+    assert call.used == (2,)  # x only: A and B reach main through the cached product
+    np.testing.assert_allclose(opt(p, x * 2), f(p, x * 2), rtol=1e-4, atol=1e-5)
+    assert call.prologue_runs == 1
 
 
 def test_hoist_argnames_and_weak_references():
@@ -64,9 +88,11 @@ def test_hoist_argnames_and_weak_references():
     del p
     gc.collect()
     assert all(r() is None for r in call._refs)  # nothing kept alive that the user dropped
+    assert call.values is None  # the cached values died with the arrays they came from
     p3 = _params(4)
-    np.testing.assert_allclose(opt(x, params=p3), f(p3, x), rtol=1e-4, atol=1e-5)
-    assert call.prologue_runs == 2
+    for _ in range(2):  # new arrays run jax.jit's program once, then are hoisted
+        np.testing.assert_allclose(opt(x, params=p3), f(p3, x), rtol=1e-4, atol=1e-5)
+    assert (call.prologue_runs, call.direct_runs) == (2, 1)
 
 
 def test_memory_bound_disables_hoisting_and_says_so():

@@ -92,11 +92,17 @@ def _check(spec: dict) -> Outcome:
         cost_model=opts.get("cost_model", "roofline"),
         limits=limits,
         verify=bool(opts.get("verify")) and not opts.get("poison"),
+        hoist_argnums=(0,) if opts.get("hoist") else None,
     )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got = jax.block_until_ready(opt(*args))
+            if opts.get("hoist"):  # the second call reuses the hoisted values (the hot path)
+                again = jax.block_until_ready(opt(*args))
+                pairs = zip(again, got, strict=True)
+                if not all(np.array_equal(_bits(np.asarray(a)), _bits(np.asarray(g))) for a, g in pairs):
+                    return Outcome("mismatch", "hoist: the second call differs from the first")
         report = opt.report(*args)
     except VerificationError as e:  # verify=True found what this check would
         return Outcome("mismatch", f"VerificationError: {e}")

@@ -531,5 +531,7 @@ def programs(
         "poison": draw(st.sampled_from((None,) * 6 + ("nan", "inf", "-inf"))),
         # verify=True: optimize's Python call path (built outside a trace, checked against jax.jit)
         "verify": draw(st.sampled_from((False, False, True))),
+        # hoist_argnums=0: the first input is a slow argument (optimize's hoisted call path)
+        "hoist": draw(st.sampled_from((False, False, True))),
     }
     return {"values": g.values, "outputs": outputs, "options": options}

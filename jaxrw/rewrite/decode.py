@@ -198,13 +198,17 @@ def _flatten_concats(view: EGraphView, choice: dict[str, str], node: Node) -> li
 @dataclass
 class Hoisted:
     """The program split for hoisting: `prologue(*slow_leaves)` computes the values that depend
-    only on slow (hoisted) inputs and constants; `main(*all_leaves, *values)` does the rest."""
+    only on slow (hoisted) inputs and constants; `main(*all_leaves, *values)` does the rest, and
+    `main_used(*leaves_it_reads, *values)` is the same without the leaves it does not read (most
+    slow ones), so the hot call passes fewer arrays."""
 
     prologue: Callable[..., list[Any]]
     main: Callable[..., list[Any]]
     slow: tuple[int, ...]
     nbytes: int  # size of the values the prologue hands to main (kept between calls)
     n_values: int
+    main_args: tuple[int, ...]  # the leaves main reads, in order
+    main_used: Callable[..., list[Any]]
 
 
 def decode(
@@ -264,6 +268,8 @@ def _split(view, nodes, order, concat_parts, folded, evaluate) -> Hoisted | None
     if not values:
         return None
     pro_order = [c for c in order if c in pro]
+    main_order = [c for c in order if c not in pro or c in needed]
+    main_args = tuple(sorted({nodes[c].attrs[0] for c in main_order if nodes[c].op == "var"}))
     slow = tuple(sorted(view.slow))
     n_args = max([nodes[c].attrs[0] + 1 for c in order if nodes[c].op == "var"] + [slow[-1] + 1])
 
@@ -274,15 +280,22 @@ def _split(view, nodes, order, concat_parts, folded, evaluate) -> Hoisted | None
         env = evaluate(args, dict(folded), pro_order)
         return [env[c] for c in values]
 
-    def main(*leaves_and_values: Any) -> list[Any]:
-        k = len(leaves_and_values) - len(values)
+    def main_used(*used_and_values: Any) -> list[Any]:
+        k = len(main_args)
+        args: list[Any] = [None] * n_args
+        for i, x in zip(main_args, used_and_values[:k], strict=True):
+            args[i] = x
         env = dict(folded)
-        env.update(zip(values, leaves_and_values[k:], strict=True))
-        env = evaluate(list(leaves_and_values[:k]), env, order)
+        env.update(zip(values, used_and_values[k:], strict=True))
+        env = evaluate(args, env, main_order)
         return [env[c] for c in view.outputs]
 
+    def main(*leaves_and_values: Any) -> list[Any]:
+        k = len(leaves_and_values) - len(values)
+        return main_used(*[leaves_and_values[i] for i in main_args], *leaves_and_values[k:])
+
     nbytes = sum(int(math.prod(view.shapes[c])) * itemsize(view.dtypes.get(c, "float32")) for c in values)
-    return Hoisted(prologue, main, slow, nbytes, len(values))
+    return Hoisted(prologue, main, slow, nbytes, len(values), main_args, main_used)
 
 
 def _fold_constants(

@@ -25,7 +25,9 @@ __all__ = [
     "get_extractor",
     "dag_cost",
     "reachable",
+    "find_cycle",
     "greedy_dag",
+    "share",
     "tree",
     "ilp",
     "alternatives",
@@ -33,8 +35,10 @@ __all__ = [
 ]
 
 GREEDY_DAG_MAX_CLASSES = 4000
-ILP_MAX_NODES = 3000
+ILP_MAX_NODES = 20_000
 ILP_TIME_LIMIT_S = 5.0
+ILP_GAP = 1e-4  # relative optimality gap at which HiGHS stops
+SHARE_BUDGET_S = 1.0  # time for `share` to improve a greedy choice
 
 
 @dataclass
@@ -57,31 +61,46 @@ def node_costs(view: EGraphView, model: CostModel) -> dict[str, float]:
     return costs
 
 
-def reachable(view: EGraphView, choice: dict[str, str], roots: list[str]) -> list[str]:
-    """Classes the choice needs, children before parents; raises on a cycle."""
+def _walk(view: EGraphView, choice: dict[str, str], roots: list[str]) -> tuple[list[str], list[str] | None]:
+    """Depth-first over the chosen nodes: (classes needed, children before parents; the classes of
+    the first cycle met, or None)."""
     order: list[str] = []
-    state: dict[str, int] = {}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     for root in roots:
-        stack = [(root, False)]
-        while stack:
-            c, done = stack.pop()
-            if done:
+        if state.get(root):
+            continue
+        path = [root]
+        state[root] = 1
+        iters = [iter(view.nodes[choice[root]].children)]
+        while iters:
+            ch = next(iters[-1], None)
+            if ch is None:
+                iters.pop()
+                c = path.pop()
                 state[c] = 2
                 order.append(c)
                 continue
-            s = state.get(c, 0)
-            if s == 2:
-                continue
+            s = state.get(ch, 0)
             if s == 1:
-                raise ValueError(f"extracted program has a cycle through e-class {c}")
-            state[c] = 1
-            stack.append((c, True))
-            for ch in view.nodes[choice[c]].children:
-                if state.get(ch, 0) == 1:
-                    raise ValueError(f"extracted program has a cycle through e-class {ch}")
-                if state.get(ch, 0) == 0:
-                    stack.append((ch, False))
+                return order, path[path.index(ch) :]
+            if s == 0:
+                state[ch] = 1
+                path.append(ch)
+                iters.append(iter(view.nodes[choice[ch]].children))
+    return order, None
+
+
+def reachable(view: EGraphView, choice: dict[str, str], roots: list[str]) -> list[str]:
+    """Classes the choice needs, children before parents; raises on a cycle."""
+    order, cycle = _walk(view, choice, roots)
+    if cycle is not None:
+        raise ValueError(f"extracted program has a cycle through e-class {cycle[0]}")
     return order
+
+
+def find_cycle(view: EGraphView, choice: dict[str, str], roots: list[str]) -> list[str] | None:
+    """The classes of a cycle in the chosen program, or None when it is a DAG."""
+    return _walk(view, choice, roots)[1]
 
 
 def dag_cost(view: EGraphView, choice: dict[str, str], costs: dict[str, float]) -> float:
@@ -162,6 +181,45 @@ def greedy_dag(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
     return {c: nid for c, (_, _, nid) in best.items()}
 
 
+def share(
+    view: EGraphView, costs: dict[str, float], choice: dict[str, str], budget_s: float = SHARE_BUDGET_S
+) -> dict[str, str]:
+    """Improve a choice by sharing: for a class X, switch every chosen class that has a node
+    reading X to that node, so X is computed once for all of them; keep the switch when the whole
+    program gets cheaper. Per-class greedy cannot see this (each of A@B, A@C alone is cheaper than
+    a slice of A@[B|C]; together they may not be). First improvement, passes until none is left
+    or the time budget is spent."""
+    readers: dict[str, list[str]] = {}
+    for nid, n in view.nodes.items():
+        for ch in set(n.children):
+            readers.setdefault(ch, []).append(nid)
+    best = dag_cost(view, choice, costs)
+    t0 = time.perf_counter()
+    improved = True
+    while improved:
+        improved = False
+        selected = set(reachable(view, choice, view.outputs))
+        for x in sorted(readers):
+            if time.perf_counter() - t0 > budget_s:
+                return choice
+            switch: dict[str, str] = {}
+            for nid in readers[x]:
+                p = view.nodes[nid].eclass
+                if p in selected and choice[p] != nid and (p not in switch or costs[nid] < costs[switch[p]]):
+                    switch[p] = nid
+            if not switch:
+                continue
+            trial = {**choice, **switch}
+            try:
+                cost = dag_cost(view, trial, costs)
+            except (KeyError, ValueError):  # a cycle, or a class greedy left without a choice
+                continue
+            if cost < best * (1 - 1e-9):
+                choice, best, improved = trial, cost, True
+                selected = set(reachable(view, choice, view.outputs))
+    return choice
+
+
 def _greedy(view: EGraphView, costs: dict[str, float]) -> Extraction:
     if view.n_classes > GREEDY_DAG_MAX_CLASSES:
         choice = tree(view, costs)
@@ -171,7 +229,7 @@ def _greedy(view: EGraphView, costs: dict[str, float]) -> Extraction:
             "tree",
             f"{view.n_classes} classes > {GREEDY_DAG_MAX_CLASSES}: tree costs",
         )
-    choice = greedy_dag(view, costs)
+    choice = share(view, costs, greedy_dag(view, costs))
     return Extraction(choice, dag_cost(view, choice, costs), "greedy")
 
 
@@ -180,8 +238,13 @@ def _tree(view: EGraphView, costs: dict[str, float]) -> Extraction:
     return Extraction(choice, dag_cost(view, choice, costs), "tree")
 
 
-def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float = ILP_TIME_LIMIT_S) -> Extraction:
-    """Exact DAG extraction as a 0-1 program solved by HiGHS, warm-started from greedy."""
+def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float | None = None) -> Extraction:
+    """Exact DAG extraction as a 0-1 program solved by HiGHS, warm-started from greedy.
+
+    Acyclicity is enforced lazily: solve, and while the chosen program has a cycle, forbid that
+    cycle (at most len-1 of its nodes) and solve again. Cheaper than ordering variables for every
+    class, and the e-graphs jaxrw builds rarely offer a cycle worth taking."""
+    time_limit_s = ILP_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     start = _greedy(view, costs)
     try:
         import highspy
@@ -193,58 +256,63 @@ def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float = ILP_TIM
     if len(nids) > ILP_MAX_NODES:
         start.note = f"{len(nids)} nodes > ILP limit {ILP_MAX_NODES}: greedy used"
         return start
+    t0 = time.perf_counter()
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", ILP_GAP)
     inf = highspy.kHighsInf
     col = {nid: i for i, nid in enumerate(nids)}
-    big = float(len(live) + 1)
-    for nid in nids:  # x_n in {0, 1}
-        h.addVar(0.0, 1.0)
+    for nid in nids:  # x_n in {0, 1}; a node reading its own class is never chosen
+        self_loop = view.nodes[nid].eclass in view.nodes[nid].children
+        h.addVar(0.0, 0.0 if self_loop else 1.0)
         h.changeColCost(col[nid], costs[nid])
-    level = {c: len(nids) + i for i, c in enumerate(live)}
-    for _c in live:  # t_c in [0, |classes|] orders the chosen DAG
-        h.addVar(0.0, big)
     h.changeColsIntegrality(len(nids), list(range(len(nids))), [highspy.HighsVarType.kInteger] * len(nids))
     for root in set(view.outputs):
         idx = [col[n] for n in view.classes[root]]
         h.addRow(1.0, inf, len(idx), idx, [1.0] * len(idx))
-    for c in live:
-        for nid in view.classes[c]:
-            n = view.nodes[nid]
-            for ch in set(n.children):
-                members = [col[m] for m in view.classes[ch]]
-                # x_n <= sum(x_m for m in child class)
-                h.addRow(0.0, inf, len(members) + 1, [*members, col[nid]], [1.0] * len(members) + [-1.0])
-                if ch == c:
-                    h.addRow(-inf, 0.0, 1, [col[nid]], [1.0])  # a self-loop is never chosen
-                    continue
-                # t_c - t_ch >= 1 - big * (1 - x_n)   <=>   t_c - t_ch - big*x_n >= 1 - big
-                h.addRow(1.0 - big, inf, 3, [level[c], level[ch], col[nid]], [1.0, -1.0, -big])
-    t0 = time.perf_counter()
-    h.run()
-    elapsed = time.perf_counter() - t0
-    status = h.getModelStatus()
-    info = h.getInfo()
-    if info.primal_solution_status != 2:  # no feasible solution found
-        start.note = f"ILP found no solution ({h.modelStatusToString(status)}): greedy used"
-        return start
-    x = h.getSolution().col_value
-    choice = {}
-    for c in live:
-        chosen = [nid for nid in view.classes[c] if x[col[nid]] > 0.5]
-        if chosen:
-            choice[c] = min(chosen, key=lambda nid: costs[nid])
-    try:
-        cost = dag_cost(view, choice, costs)
-    except (KeyError, ValueError) as e:
-        start.note = f"ILP solution unusable ({e}): greedy used"
-        return start
+    for nid in nids:
+        for ch in set(view.nodes[nid].children):
+            members = [col[m] for m in view.classes[ch]]
+            # x_n <= sum(x_m for m in child class)
+            h.addRow(0.0, inf, len(members) + 1, [*members, col[nid]], [1.0] * len(members) + [-1.0])
+    warm = [0.0] * len(nids)
+    for c in reachable(view, start.choice, view.outputs):
+        warm[col[start.choice[c]]] = 1.0
+    rounds = 0
+    while True:
+        left = time_limit_s - (time.perf_counter() - t0)
+        if left <= 0:
+            start.note = f"ILP out of time after {rounds} rounds: greedy used"
+            return start
+        h.setOptionValue("time_limit", left)
+        sol = h.getSolution()
+        sol.col_value = warm
+        h.setSolution(sol)
+        h.run()
+        rounds += 1
+        status = h.getModelStatus()
+        if h.getInfo().primal_solution_status != 2:  # no feasible solution found
+            start.note = f"ILP found no solution ({h.modelStatusToString(status)}): greedy used"
+            return start
+        x = h.getSolution().col_value
+        choice = {}
+        for c in live:
+            chosen = [nid for nid in view.classes[c] if x[col[nid]] > 0.5]
+            if chosen:
+                choice[c] = min(chosen, key=lambda nid: costs[nid])
+        cycle = find_cycle(view, choice, view.outputs)
+        if cycle is None:
+            break
+        # forbid this cycle: not all of its nodes at once
+        idx = [col[choice[c]] for c in cycle]
+        h.addRow(-inf, len(idx) - 1.0, len(idx), idx, [1.0] * len(idx))
+    cost = dag_cost(view, choice, costs)
     if cost > start.cost:
         start.note = "ILP stopped above the greedy cost: greedy used"
         return start
     optimal = status == highspy.HighsModelStatus.kOptimal
-    return Extraction(choice, cost, "ilp", f"{'optimal' if optimal else 'time limit'} in {elapsed:.2f}s")
+    what = "optimal" if optimal else "time limit"
+    return Extraction(choice, cost, "ilp", f"{what} in {time.perf_counter() - t0:.2f}s, {rounds} round(s)")
 
 
 def _live_classes(view: EGraphView) -> list[str]:

@@ -8,7 +8,17 @@ import pytest
 
 from jaxrw.errors import InvalidOptionError
 from jaxrw.rewrite.cost import COST_MODELS, get_cost_model
-from jaxrw.rewrite.extract import EXTRACTORS, dag_cost, get_extractor, greedy_dag, ilp, node_costs, tree
+from jaxrw.rewrite.extract import (
+    EXTRACTORS,
+    dag_cost,
+    find_cycle,
+    get_extractor,
+    greedy_dag,
+    ilp,
+    node_costs,
+    share,
+    tree,
+)
 from jaxrw.rewrite.graph import EGraphView, Node
 from jaxrw.rewrite.profiles import CPU, H200
 from jaxrw.rewrite.run import rewrite_jaxpr
@@ -38,6 +48,43 @@ def test_ilp_beats_greedy_when_sharing_pays():
     ex = ilp(view, costs)
     assert ex.extractor == "ilp" and ex.cost == pytest.approx(13.0)
     assert all(ex.choice[f"R{i}"] == f"use{i}" for i in range(3))
+
+
+def test_share_finds_what_per_class_greedy_misses():
+    # the same e-graph as above: `share` switches all three roots to S together (18 -> 13)
+    spec = {"S": [("s", 10.0, ())]}
+    for i in range(3):
+        spec[f"R{i}"] = [(f"use{i}", 1.0, ("S",)), (f"leaf{i}", 6.0, ())]
+    view, costs = _view(spec, ["R0", "R1", "R2"])
+    shared = share(view, costs, greedy_dag(view, costs))
+    assert dag_cost(view, shared, costs) == pytest.approx(13.0)
+    assert get_extractor("greedy")(view, costs).cost == pytest.approx(13.0)
+
+
+def test_share_keeps_a_choice_sharing_would_make_worse():
+    # S costs 20: sharing it (20 + 3) loses to three private leaves (18)
+    spec = {"S": [("s", 20.0, ())]}
+    for i in range(3):
+        spec[f"R{i}"] = [(f"use{i}", 1.0, ("S",)), (f"leaf{i}", 6.0, ())]
+    view, costs = _view(spec, ["R0", "R1", "R2"])
+    shared = share(view, costs, greedy_dag(view, costs))
+    assert dag_cost(view, shared, costs) == pytest.approx(18.0)
+
+
+def test_find_cycle_names_the_classes_of_a_cycle():
+    spec = {"A": [("a", 1.0, ("B",))], "B": [("b", 1.0, ("A",)), ("b0", 5.0, ())]}
+    view, _ = _view(spec, ["A"])
+    assert sorted(find_cycle(view, {"A": "a", "B": "b"}, ["A"])) == ["A", "B"]
+    assert find_cycle(view, {"A": "a", "B": "b0"}, ["A"]) is None
+
+
+def test_ilp_cuts_cycles_it_would_otherwise_take():
+    # The cheapest per-node picks (a, b) form a cycle A -> B -> A; the ILP must pay b0.
+    spec = {"A": [("a", 1.0, ("B",)), ("a0", 9.0, ())], "B": [("b", 1.0, ("A",)), ("b0", 5.0, ())]}
+    view, costs = _view(spec, ["A"])
+    ex = ilp(view, costs)
+    assert ex.extractor == "ilp" and ex.cost == pytest.approx(6.0)
+    assert find_cycle(view, ex.choice, ["A"]) is None
 
 
 def test_greedy_counts_shared_subterms_once():
