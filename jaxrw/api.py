@@ -152,6 +152,7 @@ class Optimized:
             if tuple(_leaf_key(leaves[i]) for i in fast) == fast_keys:
                 ids = tuple(id(leaves[i]) for i in h.slow)
                 if ids == h.ids and h.values is not None:
+                    h.seen = ids
                     return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
                 if h.wants_direct(ids):
                     return self._jitted(*args, **kwargs)

@@ -39,7 +39,7 @@ class HoistedCall:
         self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
         self.values: list[Any] | None = None
         self._refs: list[weakref.ref] | None = None
-        self._seen: tuple[int, ...] | None = None  # slow leaf ids of the previous call
+        self.seen: tuple[int, ...] | None = None  # slow leaf ids of the previous call
         self.prologue_runs = 0
         self.direct_runs = 0
 
@@ -54,7 +54,7 @@ class HoistedCall:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
         should run (the arrays differ from the previous call's too), False when the prologue
         should (first call, or the same new arrays twice in a row)."""
-        seen, self._seen = self._seen, ids
+        seen, self.seen = self.seen, ids
         direct = self.prologue_runs > 0 and ids != seen
         self.direct_runs += direct
         return direct
@@ -64,7 +64,7 @@ class HoistedCall:
         if any(compat.is_tracer(x) for x in slow):
             return self.run(leaves, self.prologue(*slow))
         ids = tuple(map(id, slow))
-        self._seen = ids
+        self.seen = ids
         values = self.values
         if values is None or ids != self.ids:
             values = self.prologue(*slow)

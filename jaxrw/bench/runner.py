@@ -226,8 +226,9 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
         variants["jaxrw@jit"] = (jax.jit(rw), args)
     if "jaxrw" in variants and {"hoist_argnums", "hoist_argnames"} & set(kwargs):
         # hoisted work is cached per argument identity; the worst case is new weights on every call
-        # (an optimizer step between calls): alternate two argument sets so every call misses
-        variants["jaxrw:new-args"] = (_alternating(rw, args, inst.args(3)), ())
+        # (an optimizer step between calls): rotate through argument sets none of which is cached,
+        # each differing from the call before
+        variants["jaxrw:new-args"] = (_rotating(rw, [inst.args(seed) for seed in NEW_ARG_SEEDS]), ())
     hand = None
     if inst.hand is not None:
         hand = jax.jit(inst.hand)
@@ -276,13 +277,16 @@ def skipped(case: Case, opts: Options, why: str) -> dict[str, Any]:
     }
 
 
-def _alternating(fn: Callable, a: tuple, b: tuple) -> Callable:
-    """A no-argument callable that calls fn on `a` and `b` in turn."""
-    flip = [False]
+NEW_ARG_SEEDS = (3, 4, 5)
+
+
+def _rotating(fn: Callable, sets: list[tuple]) -> Callable:
+    """A no-argument callable that calls fn on each argument set in turn."""
+    i = [0]
 
     def call() -> Any:
-        flip[0] = not flip[0]
-        return fn(*(a if flip[0] else b))
+        i[0] = (i[0] + 1) % len(sets)
+        return fn(*sets[i[0]])
 
     return call
 

@@ -115,12 +115,12 @@ def test_summary_geomean_and_slower_cases():
     assert geomean([]) is None
 
 
-def test_alternating_calls_switch_argument_sets():
+def test_rotating_calls_switch_argument_sets():
     seen = []
-    call = runner._alternating(lambda x: seen.append(x), (1,), (2,))
-    for _ in range(4):
+    call = runner._rotating(lambda x: seen.append(x), [(1,), (2,), (3,)])
+    for _ in range(6):
         call()
-    assert seen == [1, 2, 1, 2]
+    assert seen == [2, 3, 1, 2, 3, 1]
 
 
 @pytest.mark.skipif(not runner.optimize_supports("hoist_argnums"), reason="optimize() has no hoist_argnums")
