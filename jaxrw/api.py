@@ -22,7 +22,7 @@ import numpy as np
 
 from . import compat
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError, check_choice
-from .hoist import HoistedCall
+from .hoist import HoistedCall, picker
 from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
@@ -149,8 +149,8 @@ class Optimized:
         if hot is not None:  # hoisting, this structure seen before: are the slow arrays cached?
             entry, fast, fast_keys = hot
             h = entry.call
-            if tuple(_leaf_key(leaves[i]) for i in fast) == fast_keys:
-                ids = tuple(id(leaves[i]) for i in h.slow)
+            if tuple(map(_leaf_key, fast(leaves))) == fast_keys:
+                ids = tuple(map(id, h.pick_slow(leaves)))
                 if ids == h.ids and h.values is not None:
                     h.seen = ids
                     return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
@@ -172,7 +172,7 @@ class Optimized:
             entry.proven = True
         if isinstance(entry.call, HoistedCall) and not self.verify and entry.call.values is not None:
             fast = tuple(i for i in range(len(leaves)) if i not in set(entry.call.slow))
-            self._hot[(in_tree, statics)] = (entry, fast, tuple(key[1][i] for i in fast))
+            self._hot[(in_tree, statics)] = (entry, picker(fast), tuple(key[1][i] for i in fast))
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not any(compat.is_tracer(x) for x in leaves):
             self._verify(result, args, kwargs)
@@ -260,6 +260,8 @@ class Optimized:
     # -- internals --------------------------------------------------------------------------
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
         """(dynamic args and kwargs, hashable static values)."""
+        if not (kwargs or self.static_argnums):
+            return (args, {}), ()
         static_pos = set(self.static_argnums)
         dyn_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
         statics = []

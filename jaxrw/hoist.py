@@ -8,6 +8,7 @@ drops the cache when one dies, so a new array that recycles an old id is never m
 
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any
 
@@ -15,7 +16,15 @@ import jax
 
 from . import compat
 
-__all__ = ["HoistedCall"]
+__all__ = ["HoistedCall", "picker"]
+
+
+def picker(idx: tuple[int, ...]) -> Any:
+    """A fast `lambda xs: tuple(xs[i] for i in idx)` (the hoisted hot path runs it per call)."""
+    if not idx:
+        return lambda xs: ()
+    get = operator.itemgetter(*idx)
+    return get if len(idx) > 1 else (lambda xs: (get(xs),))
 
 
 class HoistedCall:
@@ -33,6 +42,8 @@ class HoistedCall:
         self.slow = hoisted.slow
         self.nbytes = hoisted.nbytes
         self.used = hoisted.main_args
+        self.pick_slow = picker(self.slow)
+        self._pick_used = picker(self.used)
         self.prologue = jax.jit(hoisted.prologue)
         donate_used = tuple(k for k, i in enumerate(self.used) if i in donate)
         self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)
@@ -48,7 +59,7 @@ class HoistedCall:
         self.values = None
 
     def run(self, leaves: list[Any] | tuple[Any, ...], values: list[Any]) -> Any:
-        return self.main(*[leaves[i] for i in self.used], *values)
+        return self.main(*self._pick_used(leaves), *values)
 
     def wants_direct(self, ids: tuple[int, ...]) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
@@ -60,7 +71,7 @@ class HoistedCall:
         return direct
 
     def __call__(self, *leaves: Any) -> Any:
-        slow = [leaves[i] for i in self.slow]
+        slow = list(self.pick_slow(leaves))
         if any(compat.is_tracer(x) for x in slow):
             return self.run(leaves, self.prologue(*slow))
         ids = tuple(map(id, slow))
