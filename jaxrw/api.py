@@ -154,7 +154,8 @@ class Optimized:
                 if ids == h.ids and h.values is not None:
                     h.seen = ids
                     return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
-                if h.wants_direct(ids):
+                # (under a trace the full path below traces the hoisted program through)
+                if not compat.is_tracer(leaves[h.slow[0]]) and h.wants_direct(ids):
                     return self._jitted(*args, **kwargs)
         key = (in_tree, tuple(map(_leaf_key, leaves)), statics)
         entry = self._cache.get(key)
