@@ -3,7 +3,8 @@
 Per abstract signature (pytree structure, shapes, dtypes, weak types, static values) the function
 is traced once, rewritten, guarded, decoded and jitted; later calls with that signature reuse the
 compiled program. Any internal failure falls back to jax.jit with one warning naming the stage and
-cause (`strict=True` raises instead). `JAXRW_DISABLE=1` makes every optimize a plain jax.jit.
+cause (`strict=True` raises instead). `JAXRW_DISABLE=1` (read at an optimized function's first call)
+makes every optimize a plain jax.jit.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Optimized:
     traces: int = 0  # how many signatures were traced (for tests and explain)
     _keep: bool = field(default=False, repr=False)  # keep each signature's RewriteResult (explain)
     _fast: Any = field(default=None, repr=False)  # jax.jit of `_inline` (see `_fast_path`)
-    _fast_state: str = field(default="unknown", repr=False)  # "on", "off" or "broken"
+    _fast_state: str = field(default="unknown", repr=False)  # "on", "off", "broken" or "disabled"
     # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
     # last hoisted signature called with them, so a call with cached slow arrays skips the full key
     _hot: dict[Any, tuple] = field(default_factory=dict, repr=False)
@@ -130,19 +131,18 @@ class Optimized:
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if os.environ.get("JAXRW_DISABLE", "") not in ("", "0"):
-            return self._jitted(*args, **kwargs)
-        if self._fast_state == "unknown":
-            self._fast_state = "on" if self._fast_path() else "off"
-        if self._fast_state == "broken":
-            return self._jitted(*args, **kwargs)
-        if self._fast_state == "on":
+        if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
+            disabled = os.environ.get("JAXRW_DISABLE", "") not in ("", "0")
+            self._fast_state = "disabled" if disabled else "on" if self._fast_path() else "off"
+        if self._fast_state == "on":  # first: it is the path of most calls (µs count here)
             try:
                 return self._fast(*args, **kwargs)
             except JaxrwError:
                 raise
             except Exception as e:  # noqa: BLE001 - a fault of the user's arguments, or of jaxrw's?
                 return self._fast_failed(e, args, kwargs)
+        if self._fast_state in ("broken", "disabled"):
+            return self._jitted(*args, **kwargs)
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         hot = self._hot.get((in_tree, statics)) if self._hot else None
