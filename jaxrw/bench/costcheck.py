@@ -175,6 +175,20 @@ def run(scales: list[int], dtypes: list[str], profile: Profile, samples: int = 7
     return summarize(rows) | {"rows": rows}
 
 
+def rescore(recorded: dict, profile: Profile) -> dict:
+    """The recorded measurements against the current model's predictions: checks a change of the
+    cost model on the device it was measured on, without that device."""
+    by_name = {pair.name: pair for pair in PAIRS}
+    rows = []
+    for r in recorded["rows"]:
+        pair = by_name[r["pair"]]
+        specs = [jax.ShapeDtypeStruct(s, jnp.dtype(r["dtype"])) for s in pair.shapes(r["scale"])]
+        predicted = {k: predict(getattr(pair, k), specs, profile) for k in ("written", "rewritten")}
+        rows.append(r | {"predicted": predicted})
+    meta = {k: recorded[k] for k in ("device", "jax", "date", "host") if k in recorded}
+    return summarize(rows) | {"rows": rows, "profile": profile.name, "measured_on": meta}
+
+
 def summarize(rows: list[dict]) -> dict:
     decided = agree = 0
     pred, meas = [], []
@@ -201,18 +215,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--samples", type=int, default=7)
     ap.add_argument("--profile", default=None, help="built-in profile name (default: calibrated or built-in)")
+    ap.add_argument(
+        "--rescore",
+        default=None,
+        metavar="JSON",
+        help="no timing: score the current model against the measurements recorded in JSON",
+    )
     a = ap.parse_args(argv)
     scales = [256] if a.size == "small" else [2048, 8192]
     dtypes = ["float32", "bfloat16"] if a.dtype == "both" else [a.dtype]
     profile = get_profile(a.profile) if a.profile else default_profile(compat.device_kind())
-    res = run(scales, dtypes, profile, samples=a.samples)
-    res |= {
-        "device": jax.devices()[0].device_kind,
-        "jax": jax.__version__,
-        "profile": profile.name,
-        "date": datetime.date.today().isoformat(),
-        "host": platform.node(),
-    }
+    if a.rescore:
+        with open(a.rescore) as f:
+            res = rescore(json.load(f), profile)
+    else:
+        res = run(scales, dtypes, profile, samples=a.samples)
+        res |= {
+            "device": jax.devices()[0].device_kind,
+            "jax": jax.__version__,
+            "profile": profile.name,
+            "date": datetime.date.today().isoformat(),
+            "host": platform.node(),
+        }
     for r in res["rows"]:
         m, p = r["measured"], r["predicted"]
         print(

@@ -145,8 +145,15 @@ class Roofline:
             rate = p.matmul_rate(dt) * p.efficiency(m, n, k)
             flops = 2.0 * batch * m * n * k
             moved = nbytes(view, node.children[0]) + nbytes(view, node.children[1]) + out_b
-            return max(flops / rate, moved / p.bandwidth) + p.launch_s
+            # an operand generated from indices (an identity matrix) is materialized for the GEMM
+            made = [nbytes(view, c) for c in set(node.children) if view.is_generated(c, FUSIBLE)]
+            extra = sum(made) / p.bandwidth + p.launch_s * len(made)
+            return max(flops / rate, moved / p.bandwidth) + p.launch_s + extra
         name = op_name(node)
+        if view.is_generated(node.eclass, FUSIBLE) and (
+            node.op == "iota" or all(view.is_generated(c, FUSIBLE) for c in node.children)
+        ):
+            return 0.0  # made from indices inside whichever fused kernel reads it
         if node.op in FUSIBLE or name in FUSIBLE:
             # Inside a fusion: a share of its own output plus reads of operands that come from
             # outside any fusion (inputs, products, reductions).

@@ -8,6 +8,7 @@ them walk egglog's objects or call back into it per node.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,7 @@ class EGraphView:
     # inputs treated like constants: hoisted arguments whose work is done once, off the hot call
     slow: frozenset[int] = frozenset()
     _const: dict[str, bool] = field(default_factory=dict, repr=False)
+    _gen: dict[str, bool] = field(default_factory=dict, repr=False)
 
     @property
     def n_nodes(self) -> int:
@@ -115,25 +117,44 @@ class EGraphView:
             self._const = _constant_classes(self)
         return self._const.get(eclass, False)
 
+    def is_generated(self, eclass: str, fusible: frozenset[str]) -> bool:
+        """True when some node of the class computes its value from indices and scalars alone
+        (iota, and `fusible` ops of such classes, e.g. an identity matrix): a fused kernel makes
+        it in registers, reading no memory."""
+        if not self._gen:
+            self._gen = _generated_classes(self, fusible)
+        return self._gen.get(eclass, False)
+
     def with_slow(self, slow: frozenset[int]) -> EGraphView:
         """The same e-graph with `slow` inputs treated as constants (for hoisting)."""
         return EGraphView(self.nodes, self.classes, self.shapes, self.dtypes, self.outputs, frozenset(slow))
 
 
-def _constant_classes(view: EGraphView) -> dict[str, bool]:
-    const = {c: False for c in view.classes}
+def _closure(view: EGraphView, holds: Callable[[Node, dict[str, bool]], bool]) -> dict[str, bool]:
+    """The least fixpoint: a class is marked once one of its nodes `holds` given the marks so far."""
+    mark = {c: False for c in view.classes}
     changed = True
     while changed:
         changed = False
         for c, nids in view.classes.items():
-            if const[c]:
-                continue
-            for nid in nids:
-                n = view.nodes[nid]
-                if n.op == "opaque" or (n.op == "var" and n.attrs[0] not in view.slow):
-                    continue
-                if n.op in ("const", "var") or all(const[ch] for ch in n.children):
-                    const[c] = True
-                    changed = True
-                    break
-    return const
+            if not mark[c] and any(holds(view.nodes[nid], mark) for nid in nids):
+                mark[c] = changed = True
+    return mark
+
+
+def _constant_classes(view: EGraphView) -> dict[str, bool]:
+    def holds(n: Node, const: dict[str, bool]) -> bool:
+        if n.op == "opaque" or (n.op == "var" and n.attrs[0] not in view.slow):
+            return False
+        return n.op in ("const", "var") or all(const[ch] for ch in n.children)
+
+    return _closure(view, holds)
+
+
+def _generated_classes(view: EGraphView, fusible: frozenset[str]) -> dict[str, bool]:
+    def holds(n: Node, gen: dict[str, bool]) -> bool:
+        scalar_const = n.op == "const" and not view.shapes.get(n.eclass)
+        fused = n.op in fusible and bool(n.children) and all(gen[ch] for ch in n.children)
+        return n.op == "iota" or scalar_const or fused
+
+    return _closure(view, holds)
