@@ -98,6 +98,7 @@ class Optimized:
     limits: Limits = field(default_factory=Limits)
     numerics: str = "default"
     schedule: str = "auto"
+    schedule_memory_slack: float = 0.0
     autotune: bool = False
     autotune_k: int = 4
     hoist_argnums: tuple[int, ...] = ()
@@ -355,7 +356,9 @@ class Optimized:
 
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
             try:
-                call = schedule_apply(self.schedule, fn, specs, donate, profile)
+                call = schedule_apply(
+                    self.schedule, fn, specs, donate, profile, memory_slack=self.schedule_memory_slack
+                )
             except ScheduleUnavailableError:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here
             except Exception as e:  # noqa: BLE001 - never break the user's program
@@ -420,6 +423,12 @@ class Optimized:
                 raise VerificationError(
                     f"{_name(self.fn)}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}"
                 )
+
+
+def _check_slack(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+        raise InvalidOptionError(f"schedule_memory_slack must be a number in [0, 1]; got {v!r}")
+    return float(v)
 
 
 def _check_bytes(v: Any) -> int:
@@ -507,6 +516,7 @@ def optimize(
     limits: Limits | dict | None = None,
     numerics: str = "default",
     schedule: str = "auto",
+    schedule_memory_slack: float = 0.0,
     autotune: bool = False,
     autotune_k: int = 4,
     hoist_argnums: int | Sequence[int] | None = None,
@@ -530,7 +540,8 @@ def optimize(
     `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that
     depends only on them (concatenated or transposed weights, products of weights) runs once per
     new set of arrays and is reused while the caller passes the same arrays, up to
-    `max_hoist_bytes` of kept values.
+    `max_hoist_bytes` of kept values. `schedule="auto"` takes a faster GPU schedule only if its
+    peak memory is at most `schedule_memory_slack` (a fraction, default 0) above XLA's.
     """
     check_choice("numerics", numerics, NUMERICS)
     check_choice("schedule", schedule, SCHEDULES)
@@ -574,6 +585,7 @@ def optimize(
         limits=limits or Limits(),
         numerics=numerics,
         schedule=schedule,
+        schedule_memory_slack=_check_slack(schedule_memory_slack),
         autotune=bool(autotune),
         autotune_k=int(autotune_k),
         hoist_argnums=_norm_argnums(hoist_argnums, "hoist_argnums"),

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrw.errors import JaxrwError
+import jaxrw
+from jaxrw.errors import InvalidOptionError, JaxrwError
 from jaxrw.rewrite.profiles import H200
 from jaxrw.schedule import (
     Scheduled,
@@ -239,3 +240,21 @@ def test_concurrent_xla_options_compile():
     fn, args, _ = cell(np.random.default_rng(0))
     f = jax.jit(fn, compiler_options=sched_thunky.XLA_CONCURRENT)
     np.testing.assert_allclose(f(*args), fn(*args), rtol=1e-5)
+
+
+def test_auto_takes_a_faster_schedule_over_the_memory_bound_only_with_slack(monkeypatch):
+    # a candidate 2x faster at 4% more peak memory: refused by default, taken with 5% slack
+    base, fast = (lambda x: x + 1), (lambda x: x + 1)
+    monkeypatch.setattr(sched_thunky, "peak_bytes", lambda f, args: 104 if f is fast else 100)
+    monkeypatch.setattr(sched_thunky, "time_call", lambda f, args, calls=20: 1.0 if f is fast else 2.0)
+    specs = [jax.ShapeDtypeStruct((4,), np.float32)]
+    assert sched_thunky._pick(base, {"xla-concurrent": fast}, specs, "f") is None
+    picked = sched_thunky._pick(base, {"xla-concurrent": fast}, specs, "f", memory_slack=0.05)
+    assert picked is not None and picked[0] == "xla-concurrent" and picked[1] == pytest.approx(2.0)
+
+
+def test_schedule_memory_slack_is_validated():
+    want = r"schedule_memory_slack must be a number in \[0, 1\]; got 2"
+    with pytest.raises(InvalidOptionError, match=want):
+        jaxrw.optimize(lambda x: x, schedule_memory_slack=2)
+    assert jaxrw.optimize(lambda x: x, schedule_memory_slack=0.1).schedule_memory_slack == 0.1
