@@ -207,7 +207,10 @@ def share(
                 p = view.nodes[nid].eclass
                 if p in selected and choice[p] != nid and (p not in switch or costs[nid] < costs[switch[p]]):
                     switch[p] = nid
-            if not switch:
+            # one reader alone switching to a class not yet computed is what greedy already
+            # weighed for that reader; only sharing (two or more readers, or a class the
+            # program computes anyway) can pay
+            if not switch or (len(switch) < 2 and x not in selected):
                 continue
             trial = {**choice, **switch}
             try:
