@@ -22,7 +22,16 @@ import jax
 import numpy as np
 
 from . import compat
-from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError, check_choice
+from .errors import (
+    InvalidOptionError,
+    JaxrwError,
+    RewriteStageError,
+    VerificationError,
+    check_argnums,
+    check_choice,
+    check_fraction,
+    check_nonneg_int,
+)
 from .hoist import HoistedCall, picker
 from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
@@ -243,6 +252,13 @@ class Optimized:
             self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         return self._cache[key].report
 
+    def bind(self, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        """Fix the hoisted arguments to these arrays: returns a function of the other arguments
+        whose calls go through jax's C++ dispatch with the hoisted work done once (jaxrw.hoist)."""
+        from .hoist import bind
+
+        return bind(self, args, kwargs)
+
     def explain(self, *args: Any, **kwargs: Any) -> Any:
         """`jaxrw.explain` of this function for these arguments (`measure=True` also times it)."""
         from .explain import explain
@@ -425,18 +441,6 @@ class Optimized:
                 )
 
 
-def _check_slack(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
-        raise InvalidOptionError(f"schedule_memory_slack must be a number in [0, 1]; got {v!r}")
-    return float(v)
-
-
-def _check_bytes(v: Any) -> int:
-    if not isinstance(v, int) or v < 0:
-        raise InvalidOptionError(f"max_hoist_bytes must be a non-negative int; got {v!r}")
-    return v
-
-
 def _check_decoded(fn: Callable, specs: list, closed: Any) -> None:
     """Trace the decoded program abstractly: a failure, or outputs whose shapes, dtypes or weak
     types differ from the traced program's, is a decode-stage error (caught before any call)."""
@@ -489,16 +493,6 @@ def _static_key(v: Any, what: str) -> Any:
             "int, str, tuple)"
         ) from e
     return v
-
-
-def _norm_argnums(v: int | Sequence[int] | None, what: str) -> tuple[int, ...]:
-    if v is None:
-        return ()
-    seq = isinstance(v, Sequence) and not isinstance(v, str)
-    out = (v,) if isinstance(v, int) else tuple(v) if seq else None
-    if out is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in out):
-        raise InvalidOptionError(f"{what} must be a non-negative int or a sequence of them; got {v!r}")
-    return out
 
 
 def optimize(
@@ -573,9 +567,9 @@ def optimize(
         raise InvalidOptionError(f"limits must be a jaxrw.Limits or dict; got {limits!r}")
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
     opts = dict(
-        static_argnums=_norm_argnums(static_argnums, "static_argnums"),
+        static_argnums=check_argnums(static_argnums, "static_argnums"),
         static_argnames=names,
-        donate_argnums=_norm_argnums(donate_argnums, "donate_argnums"),
+        donate_argnums=check_argnums(donate_argnums, "donate_argnums"),
         rules=rules,
         cost_model=cost_model,
         extractor=extractor,
@@ -585,12 +579,12 @@ def optimize(
         limits=limits or Limits(),
         numerics=numerics,
         schedule=schedule,
-        schedule_memory_slack=_check_slack(schedule_memory_slack),
+        schedule_memory_slack=check_fraction("schedule_memory_slack", schedule_memory_slack),
         autotune=bool(autotune),
         autotune_k=int(autotune_k),
-        hoist_argnums=_norm_argnums(hoist_argnums, "hoist_argnums"),
+        hoist_argnums=check_argnums(hoist_argnums, "hoist_argnums"),
         hoist_argnames=(hoist_argnames,) if isinstance(hoist_argnames, str) else tuple(hoist_argnames or ()),
-        max_hoist_bytes=_check_bytes(max_hoist_bytes),
+        max_hoist_bytes=check_nonneg_int("max_hoist_bytes", max_hoist_bytes),
     )
     if fn is None:
         return lambda f: Optimized(f, **opts)

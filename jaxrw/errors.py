@@ -1,6 +1,10 @@
-"""The exceptions jaxrw raises. Every one is a `JaxrwError`, so `except JaxrwError` catches all."""
+"""The exceptions jaxrw raises (every one is a `JaxrwError`, so `except JaxrwError` catches all),
+and the option checks whose messages name the value and what is allowed."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "JaxrwError",
@@ -40,3 +44,26 @@ def check_choice(option: str, value: object, valid: list | tuple | dict) -> None
     """Raise InvalidOptionError naming `value` and the valid set when `value` is not in it."""
     if value not in valid:
         raise InvalidOptionError(f"unknown {option} {value!r}; valid: {sorted(valid)!r}")
+
+
+def check_argnums(v: int | Sequence[int] | None, what: str) -> tuple[int, ...]:
+    """A non-negative int or sequence of them as a tuple (None: empty)."""
+    if v is None:
+        return ()
+    seq = isinstance(v, Sequence) and not isinstance(v, str)
+    out = (v,) if isinstance(v, int) else tuple(v) if seq else None
+    if out is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in out):
+        raise InvalidOptionError(f"{what} must be a non-negative int or a sequence of them; got {v!r}")
+    return out
+
+
+def check_nonneg_int(option: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise InvalidOptionError(f"{option} must be a non-negative int; got {v!r}")
+    return v
+
+
+def check_fraction(option: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+        raise InvalidOptionError(f"{option} must be a number in [0, 1]; got {v!r}")
+    return float(v)

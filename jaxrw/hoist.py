@@ -8,6 +8,7 @@ drops the cache when one dies, so a new array that recycles an old id is never m
 
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
 from typing import Any
@@ -16,7 +17,7 @@ import jax
 
 from . import compat
 
-__all__ = ["HoistedCall", "picker"]
+__all__ = ["HoistedCall", "picker", "bind"]
 
 
 def picker(idx: tuple[int, ...]) -> Any:
@@ -85,3 +86,58 @@ class HoistedCall:
                 weakref.finalize(x, self._invalidate)
             self.prologue_runs += 1
         return self.run(leaves, values)
+
+
+def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
+    """`Optimized.bind`: the function of the non-hoisted arguments with the hoisted ones fixed.
+
+    The prologue runs here, once. Each call is then one jax.jit dispatch (jax's C++ path) of the
+    main program with the prologue values and the bound arrays passed as arguments: no identity
+    check per call, so it is sound by construction (the values belong to these arrays)."""
+    from .api import _leaf_key  # the signature key optimize uses
+    from .errors import InvalidOptionError
+
+    if not (opt.hoist_argnums or opt.hoist_argnames):
+        raise InvalidOptionError("bind needs hoist_argnums or hoist_argnames (the arguments to fix)")
+    if opt.static_argnums or opt.static_argnames:
+        raise InvalidOptionError("bind does not support static_argnums/static_argnames; call the function")
+    missing = [i for i in opt.hoist_argnums if i >= len(args)] + [
+        k for k in opt.hoist_argnames if k not in kwargs
+    ]
+    if missing:
+        raise InvalidOptionError(f"bind: hoisted arguments {missing!r} not given; pass every argument once")
+    hoisted_pos = tuple(i for i in opt.hoist_argnums if i < len(args))
+    fixed_args = {i: args[i] for i in hoisted_pos}
+    fixed_kwargs = {k: kwargs[k] for k in opt.hoist_argnames}
+    opt.report(*args, **kwargs)  # builds this signature's entry
+    leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+    key = (in_tree, tuple(map(_leaf_key, leaves)), ())
+    entry = opt._cache[key]
+    h = entry.call
+
+    def full(fixed: tuple, fixed_kw: dict, fast: tuple, fast_kw: dict) -> tuple[tuple, dict]:
+        it = iter(fast)
+        n = len(fast) + len(fixed)
+        a = tuple(fixed[hoisted_pos.index(i)] if i in hoisted_pos else next(it) for i in range(n))
+        return a, {**fast_kw, **fixed_kw}
+
+    if not isinstance(h, HoistedCall) or entry.fallback is not None:  # nothing hoisted: a plain call
+
+        def plain(*fast: Any, **fast_kw: Any) -> Any:
+            a, kw = full(tuple(fixed_args.values()), fixed_kwargs, fast, fast_kw)
+            return opt(*a, **kw)
+
+        return plain
+    values = h.prologue(*h.pick_slow(leaves))
+
+    def body(values: list, fixed: tuple, fixed_kw: dict, *fast: Any, **fast_kw: Any) -> Any:
+        a, kw = full(fixed, fixed_kw, fast, fast_kw)
+        lv, tree = jax.tree_util.tree_flatten((a, kw))
+        if (tree, tuple(map(_leaf_key, lv))) != key[:2]:
+            raise InvalidOptionError(
+                "a bound function was called with arguments of another structure, shape or dtype "
+                "than it was bound with; bind again for them"
+            )
+        return jax.tree_util.tree_unflatten(entry.out_tree, h.run(lv, values))
+
+    return functools.partial(jax.jit(body), values, tuple(fixed_args.values()), fixed_kwargs)

@@ -157,3 +157,32 @@ def test_alternating_parameter_sets_keep_one_hoisted_and_run_the_other_through_j
             np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
     call = _call(opt)
     assert (call.prologue_runs, call.direct_runs) == (1, 3)
+
+
+def test_bind_fixes_the_hoisted_arguments_and_calls_through_one_jit():
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    p, x = _params(40), _x(41)
+    step = opt.bind(p, x)
+    call = _call(opt)
+    runs = call.prologue_runs
+    for i in range(3):
+        np.testing.assert_allclose(step(x + i), f(p, x + i), rtol=1e-4, atol=1e-5)
+    assert call.prologue_runs == runs  # the prologue ran at bind time only
+    np.testing.assert_allclose(
+        jax.grad(lambda x: step(x).sum())(x), jax.grad(lambda x: f(p, x).sum())(x), rtol=1e-4
+    )
+    with pytest.raises(jaxrw.InvalidOptionError, match="another structure, shape or dtype"):
+        step(_x(42, n=5))
+
+
+def test_bind_with_keyword_hoisting_and_bad_uses():
+    def g(x, *, params):
+        return f(params, x)
+
+    opt = jaxrw.optimize(g, hoist_argnames="params")
+    p, x = _params(43), _x(44)
+    np.testing.assert_allclose(opt.bind(x, params=p)(x * 3), f(p, x * 3), rtol=1e-4, atol=1e-5)
+    with pytest.raises(jaxrw.InvalidOptionError, match="not given"):
+        opt.bind(x)
+    with pytest.raises(jaxrw.InvalidOptionError, match="needs hoist_argnums"):
+        jaxrw.optimize(f).bind(p, x)

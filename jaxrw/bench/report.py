@@ -96,6 +96,8 @@ def case_notes(rec: dict) -> str:
         parts.append(f"hoisted {rep['hoisted_bytes'] / 2**20:.3g} MiB")
     if rep.get("hoist_note"):
         parts.append(str(rep["hoist_note"]))
+    if rec.get("speedup_bind"):
+        parts.append(f"bound: {rec['speedup_bind']:.2f}x")
     if rec.get("speedup_new_args"):
         parts.append(f"new weights every call: {rec['speedup_new_args']:.2f}x")
     tune = rep.get("autotune")

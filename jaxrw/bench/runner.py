@@ -229,6 +229,10 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
         # (an optimizer step between calls): rotate through argument sets none of which is cached,
         # each differing from the call before
         variants["jaxrw:new-args"] = (_rotating(rw, [inst.args(seed) for seed in NEW_ARG_SEEDS]), ())
+        if hasattr(rw, "bind") and not kwargs.get("hoist_argnames"):
+            # the hoisted arguments fixed once (Optimized.bind): one jax.jit dispatch per call
+            fixed = set(kwargs.get("hoist_argnums", ()))
+            variants["jaxrw:bind"] = (rw.bind(*args), tuple(a for i, a in enumerate(args) if i not in fixed))
     hand = None
     if inst.hand is not None:
         hand = jax.jit(inst.hand)
@@ -247,6 +251,10 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
         checks["hand"] = (hand, inst.hand_prep(check) if inst.hand_prep else check)
     for name, (fn, a) in checks.items():
         rec["variants"][name]["rel_err"] = max_relative_error(fn(*a), want)
+    if "jaxrw:bind" in variants:  # bound to the timing arguments: compared with jaxrw's call on them
+        bound, fast = variants["jaxrw:bind"]
+        ref = [np.asarray(x, dtype=np.float64) for x in jax.tree.leaves(rw(*args))]
+        rec["variants"]["jaxrw:bind"]["rel_err_vs_jaxrw"] = max_relative_error(bound(*fast), ref)
 
     v = rec["variants"]
     base = v["jax.jit"]["median_s"]
@@ -255,6 +263,8 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
     rec["hand_speedup"] = base / v["hand"]["median_s"] if "hand" in v else None
     if "jaxrw:new-args" in v:
         rec["speedup_new_args"] = base / v["jaxrw:new-args"]["median_s"]
+    if "jaxrw:bind" in v:
+        rec["speedup_bind"] = base / v["jaxrw:bind"]["median_s"]
     tol, e_jit = rec["tolerance"], v["jax.jit"]["rel_err"]
     rec["numerics_ok"] = all(
         v[n]["rel_err"] <= max(tol, 2 * e_jit) for n in ("jaxrw", "jaxrw@jit", "hand") if n in v
