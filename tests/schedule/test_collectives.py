@@ -21,14 +21,13 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxrw.errors import JaxrwError
+from jaxrw.schedule.collective_checks import check, validate
 from jaxrw.schedule.collectives import (
     KINDS,
     CollectiveError,
     LinkCosts,
-    check,
     live_ranges,
     plan_collectives,
-    validate,
 )
 from jaxrw.schedule.plan import ScheduleError, Step
 
