@@ -341,7 +341,9 @@ _reg(
     "s rank 0; one dtype; division form only for floating dtypes",
     _scalar_in_example,
 )
-_reg("neg_out", "(-A)@B -> -(A@B), A@(-B) -> -(A@B)", True, _neg_out, "one dtype", _neg_example)
+# exact but for the sign of a zero: a sum of signed-zero terms ((-0) + (+0) = +0) negated is -0
+# (found by make fuzz: an empty contraction gave -0 where jax.jit gives +0), so not for "strict"
+_reg("neg_out", "(-A)@B -> -(A@B), A@(-B) -> -(A@B)", False, _neg_out, "one dtype", _neg_example)
 
 
 # --- like terms ----------------------------------------------------------------------------------
