@@ -186,7 +186,7 @@ def rescore(recorded: dict, profile: Profile) -> dict:
         predicted = {k: predict(getattr(pair, k), specs, profile) for k in ("written", "rewritten")}
         rows.append(r | {"predicted": predicted})
     meta = {k: recorded[k] for k in ("device", "jax", "date", "host") if k in recorded}
-    return summarize(rows) | {"rows": rows, "profile": profile.name, "measured_on": meta}
+    return summarize(rows) | {"rows": rows, "profile": profile.name, "rescored": True} | meta
 
 
 def summarize(rows: list[dict]) -> dict:
