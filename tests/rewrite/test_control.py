@@ -105,3 +105,28 @@ def test_control_flow_bodies_left_alone_when_disabled():
 
     res = rewrite_jaxpr(jax.make_jaxpr(f)(A, B, h0, xs), profile=CPU, control_flow=False)
     assert not res.report.bodies
+
+
+def test_nasrnn_cell_in_a_scan_merges_its_eight_shared_input_products_per_step():
+    # issue 9's example: each step's x@W_i merge into x@[W_1..W_8] and h@U_i into h@[U_1..U_8];
+    # the concatenated weights are loop-invariant and built once, outside the scan
+    from jaxrw.bench.nets import _nas_combine
+
+    d, batch, steps = 64, 4, 6
+    W = [_r(10 + i, d, d) for i in range(8)]
+    U = [_r(20 + i, d, d) for i in range(8)]
+    xs, h0 = _r(30, steps, batch, d), _r(31, batch, d)
+
+    def cell_scan(W, U, xs, h0):
+        def step(h, x):
+            h = _nas_combine([x @ W[i] + h @ U[i] for i in range(8)])
+            return h, h
+
+        return jax.lax.scan(step, h0, xs)[1]
+
+    opt = jaxrw.optimize(cell_scan, profile="h200")
+    np.testing.assert_allclose(opt(W, U, xs, h0), cell_scan(W, U, xs, h0), rtol=1e-5, atol=1e-6)
+    rep = opt.report(W, U, xs, h0)
+    assert rep.bodies and rep.bodies[0].rewritten and rep.bodies[0].hoisted_bytes == 2 * 8 * d * d * 4
+    assert _count_in_body(cell_scan, (W, U, xs, h0), "dot_general") == 16
+    assert _count_in_body(opt, (W, U, xs, h0), "dot_general") == 2
