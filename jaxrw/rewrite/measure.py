@@ -1,39 +1,106 @@
-"""Timing compiled functions on the current device, the way DESIGN.md says: compile and warm up
-first, many calls per sample with block_until_ready, median of several samples, variants
-interleaved so drift hits them alike. Used by autotune, calibration and the benchmarks."""
+"""Timing compiled functions on the current device, the way DESIGN.md says (one implementation
+for autotune, calibration, the cost check and the benchmarks).
+
+Each variant is called once to compile and a few times to warm up; the number of calls per sample
+is chosen per variant from a short trial so one sample lasts about `sample_s`; then `repeats`
+rounds each take one sample of every variant in a rotating order (so drift in clock speed or
+temperature hits all variants alike). A sample dispatches its calls and blocks on the last result
+(`block_until_ready`): the time per call is the sample's time divided by its calls. The summary is
+the median; every sample is kept.
+"""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 
-__all__ = ["Timing", "time_interleaved", "time_one"]
+__all__ = ["Timing", "measure", "block", "compile_and_warm", "time_interleaved", "time_one"]
 
 
 @dataclass
 class Timing:
-    samples: list[float]  # seconds per call, one per sample
+    samples: list[float] = field(default_factory=list)  # seconds per call, one per sample
+    calls: int = 0  # calls per sample
+    compile_s: float = 0.0  # first call (trace, compile, run)
 
     @property
     def median(self) -> float:
-        return statistics.median(self.samples)
+        return statistics.median(self.samples) if self.samples else float("nan")
 
     @property
     def spread(self) -> float:
-        """(max - min) / median of the samples: how noisy the measurement was."""
-        return (max(self.samples) - min(self.samples)) / self.median if self.median > 0 else 0.0
+        """(max - min) / median of the samples: a quick noise gauge."""
+        if len(self.samples) < 2 or not self.median > 0:
+            return 0.0
+        return (max(self.samples) - min(self.samples)) / self.median
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median_s": self.median,
+            "min_s": min(self.samples, default=float("nan")),
+            "max_s": max(self.samples, default=float("nan")),
+            "spread": self.spread,
+            "calls_per_sample": self.calls,
+            "compile_s": self.compile_s,
+            "samples_s": list(self.samples),
+        }
 
 
-def _calls_per_sample(fn: Callable, args: Sequence[Any], min_sample_s: float, max_calls: int) -> int:
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    once = max(time.perf_counter() - t0, 1e-7)
-    return int(min(max_calls, max(1, min_sample_s / once)))
+def block(x: Any) -> Any:
+    """Wait for every array in the pytree `x`."""
+    return jax.block_until_ready(x)
+
+
+def compile_and_warm(fn: Callable, args: tuple, warmup: int = 2) -> tuple[float, float]:
+    """Call once (compiling), then `warmup` more times; return (first-call seconds, last-call seconds)."""
+    t = time.perf_counter()
+    block(fn(*args))
+    first = time.perf_counter() - t
+    last = first
+    for _ in range(warmup):
+        t = time.perf_counter()
+        block(fn(*args))
+        last = time.perf_counter() - t
+    return first, last
+
+
+def _sample(fn: Callable, args: tuple, calls: int) -> float:
+    out = None
+    t = time.perf_counter()
+    for _ in range(calls):
+        out = fn(*args)
+    block(out)
+    return (time.perf_counter() - t) / calls
+
+
+def measure(
+    variants: dict[str, tuple[Callable, tuple]],
+    repeats: int = 5,
+    sample_s: float = 0.02,
+    max_calls: int = 10_000,
+    warmup: int = 2,
+) -> dict[str, Timing]:
+    """Time each `name -> (fn, args)` as described in the module docstring."""
+    out: dict[str, Timing] = {}
+    for name, (fn, args) in variants.items():
+        first, last = compile_and_warm(fn, args, warmup)
+        # calibrate with a short trial sample rather than one (possibly cold) call
+        trial_calls = max(1, min(max_calls, int(0.2 * sample_s / max(last, 1e-7))))
+        per_call = _sample(fn, args, trial_calls)
+        calls = max(1, min(max_calls, round(sample_s / max(per_call, 1e-9))))
+        out[name] = Timing(calls=calls, compile_s=first)
+    names = list(variants)
+    for rep in range(repeats):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            fn, args = variants[name]
+            out[name].samples.append(_sample(fn, args, out[name].calls))
+    return out
 
 
 def time_interleaved(
@@ -45,21 +112,10 @@ def time_interleaved(
     warmup: int = 2,
     max_calls: int = 10_000,
 ) -> dict[str, Timing]:
-    """Median-of-samples time per call of each function on the same arguments, interleaved."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            jax.block_until_ready(fn(*args))
-    reps = {name: _calls_per_sample(fn, args, min_sample_s, max_calls) for name, fn in fns.items()}
-    out: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(samples):
-        for name, fn in fns.items():
-            n = reps[name]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                r = fn(*args)
-            jax.block_until_ready(r)
-            out[name].append((time.perf_counter() - t0) / n)
-    return {name: Timing(s) for name, s in out.items()}
+    """`measure` of several functions on the same arguments."""
+    a = tuple(args)
+    variants = {name: (fn, a) for name, fn in fns.items()}
+    return measure(variants, repeats=samples, sample_s=min_sample_s, max_calls=max_calls, warmup=warmup)
 
 
 def time_one(fn: Callable, args: Sequence[Any], **kw: Any) -> Timing:
