@@ -40,6 +40,13 @@ def _lead(t, s, rk):
     return Tensor.broadcast_in_dim(t, Vec[i64](i64(1)).append(s), Vec[i64](*[i64(i + 1) for i in range(rk)]))
 
 
+def _stacked_as(t, s, rk):
+    """Conditions: t has rank rk + 1 and its trailing axes are those of shape s (a stack of
+    operands of shape s). An e-class can hold dots of other operand shapes with equal results
+    ([3]@[3,1] and [1]@[1,1] are both [1]): a rule must bind the node it stacks by shape."""
+    return [eq(shape(t).length()).to(i64(rk + 1)), *(eq(shape(t)[i + 1]).to(s[i]) for i in range(rk))]
+
+
 def _index(t, i):
     return squeeze(slice_(t, 0, i, i + 1), 0)
 
@@ -61,6 +68,8 @@ def _stack_dots():
                     eq(x).to(x1),
                     eq(y).to(y1),
                     *shapes,
+                    eq(shape(C)).to(sa),  # the node of y's class with the group's operand shapes
+                    eq(shape(D)).to(sb),
                     eq(o).to(order(x)),
                     eq(lv).to(level(x)),
                     eq(bfirst(sa, sb, l, r, c, lv)).to(o),
@@ -82,6 +91,8 @@ def _stack_dots():
                     eq(V.i).to(l + 1),
                     eq(V.j).to(r + 1),
                     *shapes,
+                    *_stacked_as(X, sa, ra),
+                    *_stacked_as(Y, sb, rb),
                     eq(n).to(shape(M)[0]),
                     *same_dtype(A, B, X, Y, y),
                 ).then(
