@@ -4,7 +4,9 @@ Each example is a random program spec (`fuzzgen.programs`): it runs under jax.ji
 `optimize(strict=True)` with the spec's options, and the results are compared:
 
 - shapes, dtypes and weak types must be equal; integer and boolean results bit-identical;
-- with `numerics="strict"` every result must be bit-identical to jax.jit;
+- with `numerics="strict"` every result must be bit-identical to jax.jit, except where a rule that
+  merges, batches or transposes a dot fired: XLA may then sum that dot in another order
+  (docs/numerics.md), and the float results are held to the default bounds below;
 - otherwise float results must be finite exactly where jax.jit's are, and their norm-wise error
   against a float64 reference (the same program run with every float widened to float64, and
   rounded where the program converts) may be at most max(BASE[dtype], 10 x jax.jit's own error);
@@ -45,6 +47,8 @@ __all__ = ["Outcome", "check", "BASE", "main"]
 # Norm-wise relative error always allowed per output dtype (on CPU: no TF32).
 BASE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
 JIT_FACTOR = 10.0
+# exact rules after which XLA may sum a dot in another order (merged, batched, transposed dots)
+REORDERING = ("merge.", "batch.", "dot.transpose_in", "dot.transpose_out")
 
 
 @dataclass
@@ -120,7 +124,7 @@ def _check(spec: dict) -> Outcome:
         gn, wn = np.asarray(g), np.asarray(w)
         if np.array_equal(_bits(gn), _bits(wn)):
             continue
-        if opts.get("numerics") == "strict":
+        if opts.get("numerics") == "strict" and not _reorders(out.rules):
             return _fail(out, f"output {i}: not bit-identical under numerics='strict'")
         if not np.issubdtype(gn.dtype, np.floating) and str(gn.dtype) != "bfloat16":
             return _fail(out, f"output {i} ({gn.dtype}): differs from jax.jit in {np.sum(gn != wn)} elements")
@@ -149,6 +153,12 @@ def _check(spec: dict) -> Outcome:
                 f"{allowed:.3g} (jax.jit's error {e_jit:.3g})",
             )
     return out
+
+
+def _reorders(rules: dict[str, int]) -> bool:
+    """Whether a rule that fired lets XLA sum a dot in another order (a merged, batched or
+    transposed dot): docs/numerics.md allows "strict" results to differ from jax.jit there."""
+    return any(name.startswith(REORDERING) for name in rules)
 
 
 def _fail(out: Outcome, message: str) -> Outcome:
