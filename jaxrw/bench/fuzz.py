@@ -9,7 +9,8 @@ Each example is a random program spec (`fuzzgen.programs`): it runs under jax.ji
   (docs/numerics.md), and the float results are held to the default bounds below;
 - otherwise float results must be finite exactly where jax.jit's are, and their norm-wise error
   against a float64 reference (the same program run with every float widened to float64, and
-  rounded where the program converts) may be at most max(BASE[dtype], 10 x jax.jit's own error);
+  rounded where the program converts) may be at most max(BASE[dtype], 10 x jax.jit's own error),
+  dtype the least precise float type the program computes in;
 - where the spec puts a NaN or Inf into an input (`options["poison"]`), default results must be
   finite wherever jax.jit's are (docs/numerics.md: a NaN may become finite after a saturating
   function, never the reverse); "fast" may differ there (finite-only rules).
@@ -145,7 +146,7 @@ def _check(spec: dict) -> Outcome:
         r = ref[i]
         mask = fin_g & fin_w & np.isfinite(r)
         e_opt, e_jit = _err(gn, r, mask), _err(wn, r, mask)
-        allowed = max(BASE.get(str(gn.dtype), 1e-4), JIT_FACTOR * e_jit)
+        allowed = max(_base(spec, str(gn.dtype)), JIT_FACTOR * e_jit)
         if e_opt > allowed:
             return _fail(
                 out,
@@ -153,6 +154,13 @@ def _check(spec: dict) -> Outcome:
                 f"{allowed:.3g} (jax.jit's error {e_jit:.3g})",
             )
     return out
+
+
+def _base(spec: dict, out_dtype: str) -> float:
+    """The error always allowed for an output: that of the least precise float type the program
+    computes in (a float32 result converted from bfloat16 work carries bfloat16 rounding)."""
+    types = {out_dtype} | {p.get(k) for _, _, p in spec["values"] for k in ("dtype", "to")}
+    return max(BASE[t] for t in types if t in BASE)
 
 
 def _reorders(rules: dict[str, int]) -> bool:
