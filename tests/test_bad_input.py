@@ -395,3 +395,17 @@ def test_invalid_options_are_refused_at_decoration(kw, match):
 def test_a_non_callable_is_refused():
     with pytest.raises(InvalidOptionError, match="optimize expects a callable; got int"):
         jaxrw.optimize(3)
+
+
+def test_programs_with_zero_size_values_are_kept_as_written():
+    # concatenations of empty arrays have the shape of their parts: merge rules could grow the
+    # e-graph without bound inside one saturation step (a hang found by make fuzz)
+    def f(c, d, e):
+        g = c @ d
+        return jnp.concatenate([g, g, g], 0) + e @ d
+
+    args = _rand(7, (0, 4), (4, 2), (0, 4))
+    opt = jaxrw.optimize(f, strict=True, limits=FORCE)
+    np.testing.assert_allclose(opt(*args), jax.jit(f)(*args))
+    rep = opt.report(*args)
+    assert rep.stop_reason.value == "zero-size arrays" and not rep.rewritten

@@ -41,6 +41,7 @@ class StopReason(enum.Enum):
     TIME_LIMIT = "time limit"
     NO_RULES = "no rules"
     SIZE_LIMIT = "size limit"  # the program has more equations than limits.equations: not encoded
+    ZERO_SIZE = "zero-size arrays"  # a value has no elements: kept as written (see rewrite_jaxpr)
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,13 @@ def rewrite_jaxpr(
         report.stop_reason = StopReason.SIZE_LIMIT
         report.guard_note = f"{n_eqns} equations > limits.equations {limits.equations}: not rewritten"
         return RewriteResult(None, report, None)
+    if _has_zero_size(closed.jaxpr):
+        # nothing to gain, and concatenations of empty arrays have the shape of their parts, so
+        # merge and slice rules can grow the e-graph without bound (found by make fuzz: a hang)
+        report.n_equations, report.n_outputs = n_eqns, len(closed.jaxpr.outvars)
+        report.stop_reason = StopReason.ZERO_SIZE
+        report.guard_note = "a value has zero elements: kept as written"
+        return RewriteResult(None, report, None)
     t = time.perf_counter()
     hook = None
     # the options a nested or repeated run shares with this one
@@ -322,6 +330,12 @@ def rewrite_jaxpr(
     report.rewritten = True
     log.debug("decode: rewritten program built in %.1f ms", report.phase_s["decode"] * 1e3)
     return RewriteResult(fn, report, program, view, ex, costs, before)
+
+
+def _has_zero_size(jaxpr: Any) -> bool:
+    """Whether an input, output or equation result of this jaxpr (not of nested ones) is empty."""
+    values = [*jaxpr.invars, *jaxpr.outvars, *(v for e in jaxpr.eqns for v in e.outvars)]
+    return any(getattr(getattr(v, "aval", None), "size", 1) == 0 for v in values)
 
 
 def _bodies_row(bodies: list[RewriteReport]) -> str:
