@@ -182,7 +182,8 @@ class Optimized:
                 return self._first_call_failed(entry, e, args, kwargs)
             entry.proven = True
         if isinstance(entry.call, HoistedCall) and not self.verify and entry.call.values is not None:
-            fast = tuple(i for i in range(len(leaves)) if i not in set(entry.call.slow))
+            slow = set(entry.call.slow)
+            fast = tuple(i for i in range(len(leaves)) if i not in slow)
             self._hot[(in_tree, statics)] = (entry, picker(fast), tuple(key[1][i] for i in fast))
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not any(compat.is_tracer(x) for x in leaves):
@@ -245,12 +246,16 @@ class Optimized:
 
     def report(self, *args: Any, **kwargs: Any) -> RewriteReport | None:
         """The rewrite report of the signature these arguments have (traced if new)."""
+        return self._entry_for(args, kwargs)[0].report
+
+    def _entry_for(self, args: tuple, kwargs: dict) -> tuple[_Entry, tuple, list]:
+        """(this signature's entry, built if new; its cache key; the flat argument leaves)."""
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
         if key not in self._cache:
             self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-        return self._cache[key].report
+        return self._cache[key], key, leaves
 
     def bind(self, *args: Any, **kwargs: Any) -> Callable[..., Any]:
         """Fix the hoisted arguments to these arrays: returns a function of the other arguments

@@ -109,10 +109,7 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     hoisted_pos = tuple(i for i in opt.hoist_argnums if i < len(args))
     fixed_args = {i: args[i] for i in hoisted_pos}
     fixed_kwargs = {k: kwargs[k] for k in opt.hoist_argnames}
-    opt.report(*args, **kwargs)  # builds this signature's entry
-    leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
-    key = (in_tree, tuple(map(_leaf_key, leaves)), ())
-    entry = opt._cache[key]
+    entry, key, leaves = opt._entry_for(args, kwargs)  # built if new
     h = entry.call
 
     def full(fixed: tuple, fixed_kw: dict, fast: tuple, fast_kw: dict) -> tuple[tuple, dict]:

@@ -189,10 +189,7 @@ def share(
     program gets cheaper. Per-class greedy cannot see this (each of A@B, A@C alone is cheaper than
     a slice of A@[B|C]; together they may not be). First improvement, passes until none is left
     or the time budget is spent."""
-    readers: dict[str, list[str]] = {}
-    for nid, n in view.nodes.items():
-        for ch in set(n.children):
-            readers.setdefault(ch, []).append(nid)
+    readers = _worklist(view)[0]
     best = dag_cost(view, choice, costs)
     t0 = time.perf_counter()
     improved = True

@@ -236,17 +236,17 @@ def rewrite_jaxpr(
     chosen = select_rules(rules, numerics)
     report = RewriteReport(cost_model=model.name, hoist_note=_note)
     n_eqns = count_equations(closed.jaxpr)
+    kept = None  # why the program is kept as written without being encoded
     if n_eqns > limits.equations:
-        report.n_equations, report.n_outputs = n_eqns, len(closed.jaxpr.outvars)
-        report.stop_reason = StopReason.SIZE_LIMIT
-        report.guard_note = f"{n_eqns} equations > limits.equations {limits.equations}: not rewritten"
-        return RewriteResult(None, report, None)
-    if _has_zero_size(closed.jaxpr):
+        note = f"{n_eqns} equations > limits.equations {limits.equations}: not rewritten"
+        kept = StopReason.SIZE_LIMIT, note
+    elif _has_zero_size(closed.jaxpr):
         # nothing to gain, and concatenations of empty arrays have the shape of their parts, so
         # merge and slice rules can grow the e-graph without bound (found by make fuzz: a hang)
+        kept = StopReason.ZERO_SIZE, "a value has zero elements: kept as written"
+    if kept is not None:
         report.n_equations, report.n_outputs = n_eqns, len(closed.jaxpr.outvars)
-        report.stop_reason = StopReason.ZERO_SIZE
-        report.guard_note = "a value has zero elements: kept as written"
+        report.stop_reason, report.guard_note = kept
         return RewriteResult(None, report, None)
     t = time.perf_counter()
     hook = None
