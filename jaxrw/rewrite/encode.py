@@ -1,7 +1,8 @@
 """jaxpr -> e-graph. Known primitives become typed terms; every other equation an opaque node.
 
-The encoder walks the equations once, building an egglog term per jaxpr variable, and records
-side tables (constants, parameters, opaque equations) in a `Program`. Nested jit/closed_call/remat
+The encoder walks the equations once, writing an egglog term per jaxpr variable (as egglog text, see
+egg_source.py, run in one batch) and recording side tables (constants, parameters, opaque
+equations) in a `Program`. Nested jit/closed_call/remat
 bodies are inlined; control flow and anything unknown stays opaque with its operands as children.
 """
 
@@ -12,17 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from egglog import EGraph, String, Vec, f64, i64, let, set_
-
-try:  # egglog 14: a reference to a let-bound term, made without a round trip to the e-graph
-    from egglog.declarations import LetRefDecl as _LetRefDecl
-    from egglog.declarations import TypedExprDecl as _TypedExprDecl
-    from egglog.runtime import RuntimeExpr as _RuntimeExpr
-except ImportError:  # pragma: no cover - other egglog versions fall back to EGraph.let
-    _LetRefDecl = None
+from egglog import EGraph
 
 from .. import compat
 from ..errors import UnsupportedProgramError
+from .egg_source import EggSource, Str, Sym, Vec, ivec
 from .terms import (
     DEFAULT_CFG,
     Out,
@@ -130,7 +125,7 @@ class Program:
     egraph: EGraph
     in_avals: list[Any]
     out_avals: list[Any]
-    outputs: list[Tensor]
+    outputs: list[str]  # the output terms, as egglog text
     consts: list[Any] = field(default_factory=list)
     params: list[tuple[Any, dict]] = field(default_factory=list)  # (primitive, params)
     eqns: list[Any] = field(default_factory=list)  # opaque equations
@@ -148,6 +143,7 @@ class _Encoder:
     def __init__(self, closed: Any):
         self.closed = closed
         self.egraph = new_egraph()
+        self.src = EggSource(self.egraph)  # the terms and facts, as egglog commands (egg_source.py)
         self.consts: list[Any] = []
         self.const_keys: dict[Any, int] = {}
         self.params: list[tuple[Any, dict]] = []
@@ -155,34 +151,33 @@ class _Encoder:
         self.eqns: list[Any] = []
         self.eqn_fns: dict[int, Any] = {}
         self.body_hook: Any = None
-        self.facts: list[Any] = []
-        self.typed: set[int] = set()
         self.n_equations = 0
         self.primitives: dict[str, int] = {}
         self.const_is_arg: list[bool] = []
-        self.levels: dict[int, int] = {}  # id(term) -> longest path from an input
-        self.alive: list[Tensor] = []  # keeps the terms whose ids key `levels`
+        self.levels: dict[str, int] = {}  # let name -> longest path from an input
         self.n_bound = 0  # let-bound equation terms (see `bind`)
-        self.lets: list[Any] = []  # their `let` actions, registered in one batch
-        self.type_values: dict[tuple, tuple[Vec[i64], String]] = {}  # (shape, dtype) -> fact values
+
+    def t(self, ctor: Any, *args: Any) -> Sym:
+        """The term `ctor(*args)` (a constructor of terms.py) as egglog text."""
+        return self.src.call(ctor, *args)
 
     # --- side tables -------------------------------------------------------------------------
-    def const(self, value: Any, aval: Any, literal: bool) -> Tensor:
+    def const(self, value: Any, aval: Any, literal: bool) -> Sym:
         key = None
         if literal and np.ndim(value) == 0:
             key = ("lit", type(value).__name__, str(np.asarray(value).dtype), repr(value), aval.weak_type)
         if key is not None and key in self.const_keys:
-            return Tensor.const(self.const_keys[key])
+            return self.t(Tensor.const, self.const_keys[key])
         idx = len(self.consts)
         self.consts.append(value)
         self.const_is_arg.append(not literal)
         if key is not None:
             self.const_keys[key] = idx
-        t = Tensor.const(idx)
+        t = self.t(Tensor.const, idx)
         self.note_type(t, aval)
         value_fact = _scalar_value(value)
         if value_fact is not None:
-            self.facts.append(set_(fill(t)).to(f64(value_fact)))
+            self.src.set(fill, t, to=value_fact)
         return t
 
     def param(self, prim: Any, params: dict) -> int:
@@ -199,41 +194,31 @@ class _Encoder:
             self.param_keys[key] = idx
         return idx
 
-    def note_position(self, t: Tensor, lvl: int) -> None:
+    def note_position(self, t: Sym, lvl: int) -> None:
         """`order` and `level` of an equation's output (side conditions of the merge rules)."""
-        self.facts.append(set_(order(t)).to(i64(self.n_equations)))
-        self.facts.append(set_(level(t)).to(i64(lvl)))
-        self.levels[id(t)] = lvl
-        self.alive.append(t)
+        self.src.set(order, t, to=self.n_equations)
+        self.src.set(level, t, to=lvl)
+        self.levels[t] = lvl
 
-    def note_type(self, t: Tensor, aval: Any) -> None:
-        key = (tuple(aval.shape), str(aval.dtype))
-        values = self.type_values.get(key)
-        if values is None:  # built once per distinct type: egglog expressions are costly to make
-            values = self.type_values[key] = (Vec[i64](*[i64(int(d)) for d in key[0]]), String(key[1]))
-        self.facts.append(set_(shape(t)).to(values[0]))
-        self.facts.append(set_(dtype(t)).to(values[1]))
+    def note_type(self, t: Sym, aval: Any) -> None:
+        self.src.set(shape, t, to=ivec(aval.shape))
+        self.src.set(dtype, t, to=Str(str(aval.dtype)))
 
-    def bind(self, t: Tensor) -> Tensor:
-        """A let-bound name for an equation's term (the `let` is registered with the facts).
-        Terms built on the name, and facts about it, stay O(1) in size; unbound, each term would
-        hold the whole program below it and encoding would be quadratic in the equation count."""
+    def bind(self, t: Sym) -> Sym:
+        """A let-bound name for an equation's term. Terms built on the name, and facts about it,
+        stay O(1) in size; unbound, each term would hold the whole program below it and encoding
+        would be quadratic in the equation count."""
         self.n_bound += 1
-        name = f"jx{self.n_bound}"
-        if _LetRefDecl is None:  # pragma: no cover - other egglog versions: one round trip per term
-            return self.egraph.let(name, t)
-        self.lets.append(let(name, t))
-        typed = _TypedExprDecl(t.__egg_typed_expr__.tp, _LetRefDecl(name))  # t is a RuntimeExpr
-        return _RuntimeExpr.__from_values__(t.__egg_decls__, typed)
+        return self.src.let(f"$jaxrw{self.n_bound}", t)
 
     # --- walking -----------------------------------------------------------------------------
-    def read(self, env: dict, v: Any) -> Tensor:
+    def read(self, env: dict, v: Any) -> Sym:
         if compat.is_literal(v):
             return self.const(v.val, v.aval, literal=True)
         return env[v]
 
-    def run(self, jaxpr: Any, consts: list[Tensor], args: list[Tensor]) -> list[Tensor]:
-        env: dict[Any, Tensor] = {}
+    def run(self, jaxpr: Any, consts: list[Sym], args: list[Sym]) -> list[Sym]:
+        env: dict[Any, Sym] = {}
         for v, t in zip(jaxpr.constvars, consts, strict=True):
             env[v] = t
         for v, t in zip(jaxpr.invars, args, strict=True):
@@ -249,7 +234,7 @@ class _Encoder:
                 self.n_equations += 1
                 self.primitives[name] = self.primitives.get(name, 0) + 1
                 outs = [self.bind(o) for o in self.equation(eqn, ins)]
-                lvl = 1 + max((self.levels.get(id(t), 0) for t in ins), default=0)
+                lvl = 1 + max((self.levels.get(t, 0) for t in ins), default=0)
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
                     self.note_position(o, lvl)
@@ -258,33 +243,33 @@ class _Encoder:
                     env[v] = o
         return [self.read(env, v) for v in jaxpr.outvars]
 
-    def equation(self, eqn: Any, ins: list[Tensor]) -> list[Tensor]:
+    def equation(self, eqn: Any, ins: list[Sym]) -> list[Sym]:
         """Terms for one equation's outputs."""
         name, p = eqn.primitive.name, eqn.params
         plain = all(v is None for v in p.values())
         if len(eqn.outvars) == 1 and not eqn.effects:
             if name in ELEMENTWISE_TYPED and plain and len(ins) == 2:
-                return [ELEMENTWISE_TYPED[name](ins[0], ins[1])]
+                return [self.t(ELEMENTWISE_TYPED[name], ins[0], ins[1])]
             if name == "neg" and plain:
-                return [Tensor.neg(ins[0])]
+                return [self.t(Tensor.neg, ins[0])]
             if name in UNARY and plain and len(ins) == 1:
-                return [Tensor.unary(name, ins[0])]
+                return [self.t(Tensor.unary, Str(name), ins[0])]
             if name in BINARY and plain and len(ins) == 2:
-                return [Tensor.binary(name, ins[0], ins[1])]
+                return [self.t(Tensor.binary, Str(name), ins[0], ins[1])]
             typed = self.structural(eqn, ins)
             if typed is not None:
                 return [typed]
             if name in COVERED:
-                return [Tensor.op(name, self.param(eqn.primitive, p), Vec[Tensor](*ins))]
+                return [self.t(Tensor.op, Str(name), self.param(eqn.primitive, p), Vec(ins))]
         idx = len(self.eqns)
         self.eqns.append(eqn)
         if self.body_hook is not None:
             replacement = self.body_hook(eqn)
             if replacement is not None:
                 self.eqn_fns[idx] = replacement
-        return [Tensor.opaque(idx, k, Vec[Tensor](*ins)) for k in range(len(eqn.outvars))]
+        return [self.t(Tensor.opaque, idx, k, Vec(ins)) for k in range(len(eqn.outvars))]
 
-    def structural(self, eqn: Any, ins: list[Tensor]) -> Tensor | None:
+    def structural(self, eqn: Any, ins: list[Sym]) -> Sym | None:
         """Typed dot/transpose/concat/slice/sum where the parameters fit the typed form."""
         name, p = eqn.primitive.name, eqn.params
         extra_none = all(v is None for k, v in p.items() if k in ("out_sharding", "sharding"))
@@ -303,19 +288,19 @@ class _Encoder:
                 cfg = {k: v for k, v in p.items() if k != "dimension_numbers"}
                 cid = self.param(eqn.primitive, cfg)
                 pet = p.get("preferred_element_type")
-                self.facts.append(set_(cfg_dtype(i64(cid))).to(String("" if pet is None else str(pet))))
+                self.src.set(cfg_dtype, cid, to=Str("" if pet is None else str(pet)))
                 in_dt = str(eqn.invars[0].aval.dtype)
                 same_in = in_dt == str(eqn.invars[1].aval.dtype)
                 plain = all(v is None for k, v in cfg.items() if k != "preferred_element_type")
                 if plain and same_in and (pet is None or str(pet) == in_dt):
-                    self.facts.append(plain_cfg(i64(cid), String(in_dt)))
-                return Tensor.dot(ins[0], ins[1], nb, int(lc[0]), int(rc[0]), cid)
+                    self.src.add(self.t(plain_cfg, cid, Str(in_dt)))
+                return self.t(Tensor.dot, ins[0], ins[1], nb, int(lc[0]), int(rc[0]), cid)
         if name == "transpose" and len(p["permutation"]) in (2, 3):
-            return Tensor.transpose(ins[0], Vec[i64](*[i64(int(a)) for a in p["permutation"]]))
+            return self.t(Tensor.transpose, ins[0], ivec(p["permutation"]))
         if name == "concatenate" and len(ins) >= 2:
             out = ins[0]
             for t in ins[1:]:
-                out = Tensor.concat(out, t, int(p["dimension"]))
+                out = self.t(Tensor.concat, out, t, int(p["dimension"]))
                 # intermediate shapes of the nest are derived by the analysis rules
             return out
         if name == "slice" and (not p.get("strides") or all(s == 1 for s in p["strides"])):
@@ -327,46 +312,44 @@ class _Encoder:
             ]
             if len(cut) == 1:
                 ax = cut[0]
-                return Tensor.slice(ins[0], ax, int(p["start_indices"][ax]), int(p["limit_indices"][ax]))
+                return self.t(
+                    Tensor.slice, ins[0], ax, int(p["start_indices"][ax]), int(p["limit_indices"][ax])
+                )
             if len(cut) > 1 and p.get("strides") is None:
-                return Tensor.slice_nd(ins[0], _ivec(p["start_indices"]), _ivec(p["limit_indices"]))
+                return self.t(Tensor.slice_nd, ins[0], ivec(p["start_indices"]), ivec(p["limit_indices"]))
         if name == "reduce_sum" and extra_none and len(p["axes"]) in (1, 2):
-            return Tensor.sum(ins[0], Vec[i64](*[i64(int(a)) for a in sorted(p["axes"])]))
+            return self.t(Tensor.sum, ins[0], ivec(sorted(p["axes"])))
         return self.typed_ops(eqn, ins)
 
-    def typed_ops(self, eqn: Any, ins: list[Tensor]) -> Tensor | None:
+    def typed_ops(self, eqn: Any, ins: list[Sym]) -> Sym | None:
         """Typed forms of ops the structured/elementwise rules read. Each decodes (decode.py) to a
         jax.lax call that binds the same primitive with the same parameters."""
         name, p = eqn.primitive.name, eqn.params
         no_sharding = p.get("sharding") is None and p.get("out_sharding") is None
         if name == "broadcast_in_dim" and no_sharding and len(ins) == 1:
-            return Tensor.broadcast_in_dim(ins[0], _ivec(p["shape"]), _ivec(p["broadcast_dimensions"]))
+            return self.t(Tensor.broadcast_in_dim, ins[0], ivec(p["shape"]), ivec(p["broadcast_dimensions"]))
         if name == "reshape" and no_sharding and p.get("dimensions") is None and len(ins) == 1:
-            return Tensor.reshape(ins[0], _ivec(p["new_sizes"]))
+            return self.t(Tensor.reshape, ins[0], ivec(p["new_sizes"]))
         if name == "squeeze" and len(p["dimensions"]) == 1:
-            return Tensor.squeeze(ins[0], int(p["dimensions"][0]))
+            return self.t(Tensor.squeeze, ins[0], int(p["dimensions"][0]))
         if name == "convert_element_type" and no_sharding and not p.get("weak_type"):
-            return Tensor.convert_element_type(ins[0], String(str(np.dtype(p["new_dtype"]))))
+            return self.t(Tensor.convert_element_type, ins[0], Str(str(np.dtype(p["new_dtype"]))))
         if name == "select_n" and len(ins) == 3:
-            return Tensor.select_n(ins[0], ins[1], ins[2])
+            return self.t(Tensor.select_n, ins[0], ins[1], ins[2])
         if name == "iota" and no_sharding:
-            dt = String(str(np.dtype(p["dtype"])))
-            return Tensor.iota(dt, _ivec(p["shape"]), int(p["dimension"]))
+            dt = Str(str(np.dtype(p["dtype"])))
+            return self.t(Tensor.iota, dt, ivec(p["shape"]), int(p["dimension"]))
         if name == "integer_pow":
-            return Tensor.integer_pow(ins[0], int(p["y"]))
+            return self.t(Tensor.integer_pow, ins[0], int(p["y"]))
         if name in ("reduce_max", "reduce_min") and no_sharding and len(p["axes"]) in (1, 2):
             ctor = Tensor.reduce_max if name == "reduce_max" else Tensor.reduce_min
-            return ctor(ins[0], _ivec(sorted(p["axes"])))
+            return self.t(ctor, ins[0], ivec(sorted(p["axes"])))
         if name == "pad" and len(ins) == 2:
             cfg = [int(x) for triple in p["padding_config"] for x in triple]
-            return Tensor.pad(ins[0], ins[1], _ivec(cfg))
+            return self.t(Tensor.pad, ins[0], ins[1], ivec(cfg))
         if name == "stack" and set(p) == {"axis"} and ins:
-            return Tensor.stack(Vec[Tensor](*ins), int(p["axis"]))
+            return self.t(Tensor.stack, Vec(ins), int(p["axis"]))
         return None
-
-
-def _ivec(xs: Any) -> Vec[i64]:
-    return Vec[i64](*[i64(int(x)) for x in xs])
 
 
 def _scalar_value(value: Any) -> float | None:
@@ -407,17 +390,16 @@ def encode(closed: Any, body_hook: Any = None) -> Program:
     enc.body_hook = body_hook
     args = []
     for i, v in enumerate(closed.jaxpr.invars):
-        t = Tensor.var(i)
+        t = enc.t(Tensor.var, i)
         enc.note_type(t, v.aval)
         args.append(t)
     consts = [enc.const(c, _aval(c), literal=False) for c in closed.consts]
     outs = enc.run(closed.jaxpr, consts, args)
+    for i, t in enumerate(outs):
+        enc.src.add(enc.t(Out.of, i, t))
+    enc.src.set(cfg_dtype, DEFAULT_CFG, to=Str(""))
+    enc.src.flush()
     eg = enc.egraph
-    if enc.lets:
-        eg.register(*enc.lets)
-    eg.register(*[Out.of(i, t) for i, t in enumerate(outs)])
-    enc.facts.append(set_(cfg_dtype(i64(DEFAULT_CFG))).to(String("")))
-    eg.register(*enc.facts)
     return Program(
         egraph=eg,
         in_avals=[v.aval for v in closed.jaxpr.invars],

@@ -181,6 +181,62 @@ def greedy_dag(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
     return {c: nid for c, (_, _, nid) in best.items()}
 
 
+class _Usage:
+    """The chosen program as reference counts (how many chosen nodes, or outputs, read each
+    class) and its DAG cost, updated under switches and undone from a log: a trial costs what it
+    touches instead of a walk over the whole program."""
+
+    def __init__(self, view: EGraphView, choice: dict[str, str], costs: dict[str, float]):
+        self.view, self.choice, self.costs = view, dict(choice), costs
+        self.refs: dict[str, int] = {}
+        self.cost = 0.0
+        self.log: list[tuple[str, int]] = []  # (class, +1/-1) since the last `commit`
+        self.changed: dict[str, str] = {}  # class -> its node before the trial
+        for root in view.outputs:
+            self._add(root, +1)
+        self.log.clear()
+
+    def selected(self, c: str) -> bool:
+        return self.refs.get(c, 0) > 0
+
+    def _add(self, c: str, d: int) -> None:
+        """Count one more (d=+1) or one fewer (d=-1) reader of `c`; a class that gains its first
+        reader or loses its last brings in or releases its chosen node's children."""
+        stack = [c]
+        while stack:
+            c = stack.pop()
+            n = self.refs.get(c, 0) + d
+            self.refs[c] = n
+            self.log.append((c, d))
+            if n == (1 if d > 0 else 0):
+                nid = self.choice[c]  # KeyError: a class greedy left without a choice
+                self.cost += d * self.costs[nid]
+                stack.extend(self.view.nodes[nid].children)
+
+    def switch(self, c: str, nid: str) -> None:
+        """Compute class `c` with node `nid` instead."""
+        old = self.choice[c]
+        self.changed.setdefault(c, old)
+        self.choice[c] = nid
+        if self.selected(c):
+            self.cost += self.costs[nid] - self.costs[old]
+            for ch in self.view.nodes[nid].children:  # add first: shared children stay counted
+                self._add(ch, +1)
+            for ch in self.view.nodes[old].children:
+                self._add(ch, -1)
+
+    def undo(self, cost: float) -> None:
+        for c, d in reversed(self.log):
+            self.refs[c] -= d
+        self.choice.update(self.changed)
+        self.cost = cost
+        self.commit()
+
+    def commit(self) -> None:
+        self.log.clear()
+        self.changed.clear()
+
+
 def share(
     view: EGraphView, costs: dict[str, float], choice: dict[str, str], budget_s: float = SHARE_BUDGET_S
 ) -> dict[str, str]:
@@ -188,36 +244,44 @@ def share(
     reading X to that node, so X is computed once for all of them; keep the switch when the whole
     program gets cheaper. Per-class greedy cannot see this (each of A@B, A@C alone is cheaper than
     a slice of A@[B|C]; together they may not be). First improvement, passes until none is left
-    or the time budget is spent."""
+    or the time budget is spent. Trials are priced incrementally (`_Usage`); a kept switch is
+    checked for cycles and re-priced from scratch."""
     readers = _worklist(view)[0]
-    best = dag_cost(view, choice, costs)
+    use = _Usage(view, choice, costs)
     t0 = time.perf_counter()
     improved = True
     while improved:
         improved = False
-        selected = set(reachable(view, choice, view.outputs))
         for x in sorted(readers):
             if time.perf_counter() - t0 > budget_s:
-                return choice
+                return use.choice
             switch: dict[str, str] = {}
             for nid in readers[x]:
                 p = view.nodes[nid].eclass
-                if p in selected and choice[p] != nid and (p not in switch or costs[nid] < costs[switch[p]]):
+                if (
+                    use.selected(p)
+                    and use.choice[p] != nid
+                    and (p not in switch or costs[nid] < costs[switch[p]])
+                ):
                     switch[p] = nid
             # one reader alone switching to a class not yet computed is what greedy already
             # weighed for that reader; only sharing (two or more readers, or a class the
             # program computes anyway) can pay
-            if not switch or (len(switch) < 2 and x not in selected):
+            if not switch or (len(switch) < 2 and not use.selected(x)):
                 continue
-            trial = {**choice, **switch}
+            before = use.cost
             try:
-                cost = dag_cost(view, trial, costs)
-            except (KeyError, ValueError):  # a cycle, or a class greedy left without a choice
+                for p, nid in switch.items():
+                    use.switch(p, nid)
+            except KeyError:  # a class greedy left without a choice
+                use.undo(before)
                 continue
-            if cost < best * (1 - 1e-9):
-                choice, best, improved = trial, cost, True
-                selected = set(reachable(view, choice, view.outputs))
-    return choice
+            if use.cost < before * (1 - 1e-9) and find_cycle(view, use.choice, view.outputs) is None:
+                use = _Usage(view, use.choice, costs)  # exact again (a dropped cycle may linger in counts)
+                improved = True
+            else:
+                use.undo(before)
+    return use.choice
 
 
 def _greedy(view: EGraphView, costs: dict[str, float]) -> Extraction:

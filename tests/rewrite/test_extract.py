@@ -5,6 +5,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxrw.errors import InvalidOptionError
 from jaxrw.rewrite.cost import COST_MODELS, FUSIBLE, get_cost_model
@@ -16,9 +18,11 @@ from jaxrw.rewrite.extract import (
     greedy_dag,
     ilp,
     node_costs,
+    reachable,
     share,
     tree,
 )
+from jaxrw.rewrite.extract import _Usage as Usage
 from jaxrw.rewrite.graph import EGraphView, Node
 from jaxrw.rewrite.profiles import CPU, H200
 from jaxrw.rewrite.run import rewrite_jaxpr
@@ -69,6 +73,51 @@ def test_share_keeps_a_choice_sharing_would_make_worse():
     view, costs = _view(spec, ["R0", "R1", "R2"])
     shared = share(view, costs, greedy_dag(view, costs))
     assert dag_cost(view, shared, costs) == pytest.approx(18.0)
+
+
+@st.composite
+def _random_egraphs(draw):
+    """A random acyclic e-graph (children come from lower-numbered classes), its outputs and a
+    sequence of switches (class, node) to try."""
+    n = draw(st.integers(2, 12))
+    spec = {}
+    for i in range(n):
+        nodes = []
+        for j in range(draw(st.integers(1, 3))):
+            kids = tuple(f"C{k}" for k in draw(st.lists(st.integers(0, i - 1), max_size=3))) if i else ()
+            nodes.append((f"n{i}_{j}", float(draw(st.integers(0, 9))), kids))
+        spec[f"C{i}"] = nodes
+    outputs = [f"C{k}" for k in draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))]
+    switches = draw(
+        st.lists(st.integers(0, n - 1).flatmap(lambda i: st.tuples(st.just(i), st.integers(0, 2))))
+    )
+    return spec, outputs, switches
+
+
+@settings(max_examples=150, deadline=None)
+@given(_random_egraphs())
+def test_incremental_pricing_matches_a_walk(drawn):
+    # `share` prices trials with reference counts; after any switches, and after undoing them,
+    # the counts' cost must equal a walk over the chosen program
+    spec, outputs, switches = drawn
+    view, costs = _view(spec, outputs)
+    choice = {c: ns[0][0] for c, ns in spec.items()}
+    use = Usage(view, choice, costs)
+    assert use.cost == pytest.approx(dag_cost(view, choice, costs))
+    start = use.cost
+    for i, j in switches:
+        nodes = spec[f"C{i}"]
+        use.switch(f"C{i}", nodes[j % len(nodes)][0])
+        assert use.cost == pytest.approx(dag_cost(view, use.choice, costs))
+        live = set(reachable(view, use.choice, view.outputs))
+        assert {c for c in spec if use.selected(c)} == live
+    use.undo(start)
+    assert use.choice == choice and {c for c in spec if use.selected(c)} == set(
+        reachable(view, choice, outputs)
+    )
+    shared = share(view, costs, choice)
+    assert find_cycle(view, shared, outputs) is None
+    assert dag_cost(view, shared, costs) <= dag_cost(view, choice, costs) + 1e-9
 
 
 def test_find_cycle_names_the_classes_of_a_cycle():
