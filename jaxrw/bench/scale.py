@@ -1,5 +1,10 @@
 """Optimization time and peak memory on long programs: `python -m jaxrw.bench.scale --eqns 2000 20000`.
 
+`--case gpt2_small gpt_train_step` times benchmark cases instead (large size, float32; issue 9's
+bar: 1 s per 1,000 equations and 10 s for the training step): each in a fresh process, the first
+`optimize` build there ("cold": it also pays the one-time translation of the rules and analysis
+into egglog) and a second build of the same program by a new `optimize` ("warm").
+
 The program is a deep stack of dense layers with elementwise work (`x + tanh(x @ W_i + b_i) * s`,
 four weight sets reused, so dot rules have something to match). Each size runs in a fresh
 subprocess, so the peak resident memory (getrusage: Python and egglog's Rust heap) is that
@@ -21,7 +26,7 @@ import time
 import tracemalloc
 from typing import Any
 
-__all__ = ["program", "measure", "main"]
+__all__ = ["program", "measure", "measure_case", "main"]
 
 
 def program(n_eqns: int, width: int = 16) -> tuple[Any, tuple]:
@@ -85,6 +90,62 @@ def measure(
     }
 
 
+def measure_case(name: str) -> dict[str, Any]:
+    """Optimize benchmark case `name` (large, float32) twice in this process: cold and warm."""
+    import jax
+
+    import jaxrw
+    from jaxrw.bench.case import CASES, load_suites
+
+    load_suites()
+    inst = CASES[name].instance("large", "float32")
+    args = inst.args(0)
+    row: dict[str, Any] = {"case": name, "shape": inst.shape, "jax": jax.__version__}
+    for label in ("cold", "warm"):
+        t0 = time.perf_counter()
+        rep = jaxrw.optimize(inst.fn, **inst.opt_kwargs).report(*args)
+        build_s = time.perf_counter() - t0
+        row["equations"] = rep.n_equations
+        row[label] = {
+            "build_s": round(build_s, 3),
+            "s_per_1k_eqns": round(build_s / max(rep.n_equations, 1) * 1e3, 3),
+            "phases_s": {k: round(v, 3) for k, v in rep.phase_s.items()},
+            "stop_reason": rep.stop_reason.value,
+            "iterations": rep.iterations,
+            "egraph_nodes": rep.egraph_nodes,
+            "egraph_classes": rep.egraph_classes,
+            "rewritten": rep.rewritten,
+        }
+    row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return row
+
+
+def _cases(names: list[str], json_path: str | None) -> int:
+    """Each case in a fresh process; print a line per case and write the rows as JSON."""
+    rows = []
+    for name in names:
+        proc = subprocess.run(
+            [sys.executable, "-m", "jaxrw.bench.scale", "--one-case", name], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            print(f"{name}: failed\n{proc.stderr[-2000:]}")
+            rows.append({"case": name, "error": proc.stderr[-500:]})
+            continue
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        c, w = row["cold"], row["warm"]
+        print(
+            f"{name}: {row['equations']} eqns  cold {c['build_s']:.2f}s ({c['s_per_1k_eqns']:.2f} s/1k)  "
+            f"warm {w['build_s']:.2f}s ({w['s_per_1k_eqns']:.2f} s/1k)  phases {w['phases_s']}  "
+            f"e-graph {w['egraph_nodes']} nodes  stop {w['stop_reason']}",
+            flush=True,
+        )
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0 if all("error" not in r for r in rows) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.scale", description=__doc__.splitlines()[0])
     ap.add_argument("--eqns", type=int, nargs="+", default=[2000, 20000])
@@ -92,8 +153,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--tracemalloc", action="store_true", help="also measure Python-side peak memory")
     ap.add_argument("--equations", type=int, default=None, help="Limits.equations (default: jaxrw's)")
+    ap.add_argument(
+        "--case", nargs="+", default=None, help="benchmark cases to time instead (large, float32)"
+    )
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # child mode
+    ap.add_argument("--one-case", default=None, help=argparse.SUPPRESS)  # child mode
     a = ap.parse_args(argv)
+    if a.one_case is not None:
+        print(json.dumps(measure_case(a.one_case)))
+        return 0
+    if a.case:
+        return _cases(a.case, a.json)
     if a.one is not None:
         print(json.dumps(measure(a.one, a.time_s, a.tracemalloc, a.equations)))
         return 0
