@@ -21,7 +21,7 @@ from egglog.egraph import resolve_callable
 
 from ..errors import UnsupportedProgramError
 
-__all__ = ["EggSource", "Sym"]
+__all__ = ["EggSource", "Sym", "Str", "Vec", "atom", "ivec", "ref_of"]
 
 # names written as egglog string literals (dtype and primitive names, e.g. "key<fry>"): printable
 # ASCII without the quote and the backslash, so nothing needs escaping
@@ -39,12 +39,14 @@ class EggSource:
         self.egraph = egraph
         self.lines: list[str] = []
         self._names: dict[Any, str] = {}
+        self.refs: set[Any] = set()  # egglog references of the callables written (see reach.py)
 
     def name(self, fn: Callable[..., Any]) -> str:
         """The egglog name of a constructor or function of terms.py, declared in this e-graph."""
         cached = self._names.get(fn)
         if cached is None:
             ref, decls = resolve_callable(fn)
+            self.refs.add(ref)
             self.egraph._add_decls(decls)
             cached, reversed_args = self.egraph._state.callable_ref_to_egg(ref)
             if reversed_args:  # pragma: no cover - only egglog's builtin operators reverse
@@ -105,6 +107,11 @@ def atom(x: Any) -> str:
     if isinstance(x, Vec):
         return "(vec-of" + "".join(" " + atom(v) for v in x) + ")"
     raise TypeError(f"no egglog form for {type(x).__name__}: {x!r}")
+
+
+def ref_of(fn: Callable[..., Any]) -> Any:
+    """egglog's reference to a constructor or function (what reach.py reasons about)."""
+    return resolve_callable(fn)[0]
 
 
 def ivec(xs: Iterable[Any]) -> Vec:

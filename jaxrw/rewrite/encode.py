@@ -17,7 +17,7 @@ from egglog import EGraph
 
 from .. import compat
 from ..errors import UnsupportedProgramError
-from .egg_source import EggSource, Str, Sym, Vec, ivec
+from .egg_source import EggSource, Str, Sym, Vec, ivec, ref_of
 from .terms import (
     DEFAULT_CFG,
     Out,
@@ -25,6 +25,7 @@ from .terms import (
     cfg_dtype,
     dtype,
     fill,
+    float_dtype,
     level,
     new_egraph,
     order,
@@ -134,6 +135,8 @@ class Program:
     const_is_arg: list[bool] = field(default_factory=list)  # closed-over arrays (not literals)
     # opaque equation index -> replacement `vals -> outputs` (control flow with rewritten bodies)
     eqn_fns: dict[int, Any] = field(default_factory=dict)
+    # egglog references of the term-language callables written (which rules can fire: reach.py)
+    symbols: frozenset = frozenset()
 
     def describe(self) -> str:
         return f"Program({self.n_equations} equations, {len(self.outputs)} outputs, {len(self.eqns)} opaque)"
@@ -412,6 +415,7 @@ def encode(closed: Any, body_hook: Any = None) -> Program:
         primitives=enc.primitives,
         const_is_arg=enc.const_is_arg,
         eqn_fns=enc.eqn_fns,
+        symbols=frozenset({*enc.src.refs, ref_of(float_dtype)}),  # float_dtype: new_egraph's rows
     )
 
 

@@ -23,6 +23,7 @@ from .encode import Program, count_equations, encode
 from .extract import Extraction, dag_cost, get_extractor, node_costs
 from .graph import EGraphView
 from .profiles import Profile
+from .reach import analysis_symbols, can_fire
 from .rules import Rule, select_rules
 from .terms import analysis
 
@@ -72,6 +73,7 @@ class RewriteReport:
     egraph_nodes: int = 0
     egraph_classes: int = 0
     iterations: int = 0
+    rewrites_skipped: int = 0  # rewrites that can never match this program, not registered
     stop_reason: StopReason = StopReason.NO_RULES
     rules_fired: dict[str, int] = field(default_factory=dict)
     cost_before: float = 0.0
@@ -184,6 +186,13 @@ def saturate(program: Program, rules: Sequence[Rule], limits: Limits, report: Re
         for rw in r.rewrites():
             decl_names[rw.decl] = r.name
             rewrites.append(rw)
+    if program.symbols:  # only rewrites that can ever match this program (reach.py)
+        fires = can_fire(rewrites, program.symbols, analysis_symbols())
+        report.rewrites_skipped = len(rewrites) - sum(fires)
+        rewrites = [rw for rw, ok in zip(rewrites, fires, strict=True) if ok]
+        if not rewrites:
+            report.stop_reason = StopReason.SATURATED
+            return
     rs = ruleset(*rewrites, name=f"jaxrw_rules_{id(program)}")
     t0 = time.perf_counter()
     report.stop_reason = StopReason.ITERATION_LIMIT
