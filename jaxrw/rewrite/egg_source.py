@@ -38,21 +38,21 @@ class EggSource:
     def __init__(self, egraph: EGraph):
         self.egraph = egraph
         self.lines: list[str] = []
-        self._names: dict[Any, str] = {}
+        self._names: dict[int, tuple[str, Any]] = {}
         self.refs: set[Any] = set()  # egglog references of the callables written (see reach.py)
 
     def name(self, fn: Callable[..., Any]) -> str:
         """The egglog name of a constructor or function of terms.py, declared in this e-graph."""
-        cached = self._names.get(fn)
+        cached = self._names.get(id(fn))  # by id: egglog callables hash slowly (~1 µs)
         if cached is None:
             ref, decls = resolve_callable(fn)
             self.refs.add(ref)
             self.egraph._add_decls(decls)
-            cached, reversed_args = self.egraph._state.callable_ref_to_egg(ref)
+            name, reversed_args = self.egraph._state.callable_ref_to_egg(ref)
             if reversed_args:  # pragma: no cover - only egglog's builtin operators reverse
-                raise UnsupportedProgramError(f"egglog callable {cached!r} takes reversed arguments")
-            self._names[fn] = cached
-        return cached
+                raise UnsupportedProgramError(f"egglog callable {name!r} takes reversed arguments")
+            cached = self._names[id(fn)] = (name, fn)  # fn kept alive: its id stays its own
+        return cached[0]
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Sym:
         """The term `fn(*args)` as text."""

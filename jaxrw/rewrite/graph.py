@@ -64,16 +64,24 @@ class EGraphView:
         for nid, n in rnodes.items():
             by_class.setdefault(n["eclass"], []).append(nid)
 
+        values: dict[str, Any] = {}  # value nodes are shared (a shape by every class of it)
+
         def value(nid: str) -> Any:
+            got = values.get(nid, values)
+            if got is not values:
+                return got
             n = rnodes[nid]
             t = ctype[n["eclass"]]
             if t == "i64":
-                return int(n["op"])
-            if t == "String":
-                return json.loads(n["op"])
-            if t.startswith("Vec[") and n["op"] == "Vec":
-                return tuple(value(c) for c in n["children"])
-            raise ValueError(f"unexpected e-graph value {n!r} of type {t}")
+                got = int(n["op"])
+            elif t == "String":
+                got = json.loads(n["op"])
+            elif t.startswith("Vec[") and n["op"] == "Vec":
+                got = tuple(value(c) for c in n["children"])
+            else:
+                raise ValueError(f"unexpected e-graph value {n!r} of type {t}")
+            values[nid] = got
+            return got
 
         nodes: dict[str, Node] = {}
         classes: dict[str, list[str]] = {}
