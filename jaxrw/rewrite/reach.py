@@ -26,20 +26,32 @@ _CACHE: dict[int, tuple[frozenset, frozenset]] = {}  # id(rule decl) -> (needs, 
 _KEEP: list[Any] = []  # the decls whose ids key _CACHE, kept alive
 
 
+_LEAVES = (str, int, float, bool, type(None), decl.JustTypeRef, decl.Ident, decl.UnboundVarDecl, decl.LitDecl)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def symbols(obj: Any, out: set | None = None) -> set:
     """The term-language callables named anywhere inside an egglog declaration."""
     out = set() if out is None else out
     stack = [obj]
     while stack:
         x = stack.pop()
-        if isinstance(x, _REF_TYPES):
+        if isinstance(x, _LEAVES):
+            continue
+        if isinstance(x, decl.CallDecl):  # where callables are named: skip straight to the args
+            stack.append(x.callable)
+            stack.extend(x.args)
+        elif isinstance(x, _REF_TYPES):
             ident = getattr(x, "ident", None)
             if ident is not None and (getattr(ident, "module", "") or "").startswith(_OURS):
                 out.add(x)
-        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-            stack.extend(getattr(x, f.name) for f in dataclasses.fields(x))
         elif isinstance(x, tuple | list | frozenset | set):
             stack.extend(x)
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            names = _FIELDS.get(type(x))
+            if names is None:
+                names = _FIELDS[type(x)] = tuple(f.name for f in dataclasses.fields(x))
+            stack.extend(getattr(x, n) for n in names)
     return out
 
 
