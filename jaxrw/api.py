@@ -159,14 +159,15 @@ class Optimized:
         if hot is not None:  # hoisting, this structure seen before: are the slow arrays cached?
             entry, fast, fast_keys = hot
             h = entry.call
-            if tuple(map(_leaf_key, fast(leaves))) == fast_keys:
-                ids = tuple(map(id, h.pick_slow(leaves)))
-                if ids == h.ids and h.values is not None:
+            ids = tuple(map(id, h.pick_slow(leaves)))
+            if ids == h.ids and h.values is not None:
+                if tuple(map(_leaf_key, fast(leaves))) == fast_keys:
                     h.seen = ids
                     return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
-                # (under a trace the full path below traces the hoisted program through)
-                if not compat.is_tracer(leaves[h.slow[0]]) and h.wants_direct(ids):
-                    return self._jitted(*args, **kwargs)
+            # new slow arrays, changing on every call: jax.jit's program (any shapes; under a trace
+            # the full path below traces the hoisted program through instead)
+            elif not compat.is_tracer(leaves[h.slow[0]]) and h.wants_direct(ids):
+                return self._jitted(*args, **kwargs)
         key = (in_tree, tuple(map(_leaf_key, leaves)), statics)
         entry = self._cache.get(key)
         if entry is None:
