@@ -88,6 +88,11 @@ class _Entry:
     trace: Any = None  # (closed jaxpr, RewriteResult, profile), kept only for explain
     proven: bool = False  # the rewritten program compiled and ran once
     fn: Callable[..., Any] | None = None  # the program as a plain function (inlined by the fast path)
+    schedule: str = "xla"  # what runs it: "xla", or a schedule auto/streams chose (thunky.select)
+
+
+class _BuildOutside(Exception):
+    """Raised inside the fast path's trace for a signature that must be built outside it."""
 
 
 @dataclass(eq=False)  # hashable by identity, like a jitted function
@@ -147,6 +152,8 @@ class Optimized:
         if self._fast_state == "on":  # first: it is the path of most calls (µs count here)
             try:
                 return self._fast(*args, **kwargs)
+            except _BuildOutside:
+                pass  # a new signature under schedule="auto" on CUDA: built (and timed) below
             except JaxrwError:
                 raise
             except Exception as e:  # noqa: BLE001 - a fault of the user's arguments, or of jaxrw's?
@@ -172,6 +179,8 @@ class Optimized:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+            if entry.schedule != "xla" and self._fast_state == "on":
+                self._fast_state = "off"  # a scheduled program runs through entry.call, not inlined
         if entry.fallback is not None:
             return self._jitted(*args, **kwargs)
         if entry.proven:
@@ -194,17 +203,21 @@ class Optimized:
     def _fast_path(self) -> bool:
         """Whether every signature's program is a plain function that can be inlined into one
         jax.jit (`_inline`): then calls take jax's C++ dispatch with no Python of jaxrw's on the
-        way. Hoisting and verification need Python on every call; autotune and the thunky
-        scheduler measure when a signature is built, which cannot happen inside a trace."""
+        way. Hoisting and verification need Python on every call; autotune measures when a
+        signature is built, which cannot happen inside a trace. With schedule="auto" the fast
+        path holds while auto keeps XLA's schedule (`_auto_measures`)."""
         if self.verify or self.autotune or self.hoist_argnums or self.hoist_argnames or self._keep:
             return False
-        if self.schedule == "streams":
-            return False
-        if self.schedule == "auto":
-            from .schedule import cuda_available, thunky_available
+        return self.schedule != "streams"
 
-            return not (thunky_available() and cuda_available())
-        return True
+    def _auto_measures(self) -> bool:
+        """schedule="auto" on a CUDA device times candidate schedules when a signature is built,
+        so the build must happen outside jax.jit's trace of `_inline`."""
+        if self.schedule != "auto":
+            return False
+        from .schedule import cuda_available
+
+        return cuda_available()
 
     def _inline(self, *args: Any, **kwargs: Any) -> Any:
         """Traced by `self._fast` (a jax.jit): this signature's program inlined into jit's trace."""
@@ -213,6 +226,8 @@ class Optimized:
         key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
         entry = self._cache.get(key)
         if entry is None:
+            if self._auto_measures():
+                raise _BuildOutside()  # __call__ builds it on its own path, then comes back
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         if entry.fallback is not None or entry.fn is None:
             return self.fn(*args, **kwargs)
@@ -377,9 +392,17 @@ class Optimized:
             from .schedule import apply as schedule_apply
 
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
+            # under a trace (an outer jit/grad/vmap) nothing can be timed: XLA's schedule
+            mode = "xla" if self.schedule == "auto" and any(map(compat.is_tracer, leaves)) else self.schedule
             try:
-                call = schedule_apply(
-                    self.schedule, fn, specs, donate, profile, memory_slack=self.schedule_memory_slack
+                call, chosen = schedule_apply(
+                    mode,
+                    fn,
+                    specs,
+                    donate,
+                    profile,
+                    memory_slack=self.schedule_memory_slack,
+                    with_choice=True,
                 )
             except ScheduleUnavailableError:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here
@@ -389,8 +412,10 @@ class Optimized:
                     raise err from e
                 warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
                 return _Entry(self._jitted, out_tree, report, fallback=str(err))
+            kept = (closed, result, profile) if self._keep else None
+            return _Entry(call, out_tree, report, trace=kept, fn=fn, schedule=chosen)
         kept = (closed, result, profile) if self._keep else None
-        return _Entry(call, out_tree, report, trace=kept, fn=None if hoisted is not None else fn)
+        return _Entry(call, out_tree, report, trace=kept)
 
     def _autotune(self, result: Any, closed: Any, flat: Callable, leaves: list) -> None:
         """Replace the model's choice by the measured-fastest of it, its runners-up and the original."""

@@ -297,8 +297,10 @@ def apply(
     measure: bool = True,
     concurrent_xla: bool = True,
     memory_slack: float = 0.0,
-) -> Callable:
-    """What optimize() calls: the scheduled program for `fn`, else `jax.jit(fn, donate_argnums=donate)`.
+    with_choice: bool = False,
+) -> Any:
+    """What optimize() calls: the scheduled program for `fn`, else `jax.jit(fn, donate_argnums=donate)`
+    (with `with_choice`, a pair: it and "xla", "thunky" or "xla-concurrent").
 
     "xla": the plain jit. "streams": the thunky program (raises ScheduleUnavailableError without
     thunky or CUDA). "auto": off CUDA the plain jit; on CUDA the fastest of the plain jit, the thunky
@@ -309,20 +311,25 @@ def apply(
     check_choice("schedule", mode, MODES)
     plain = jax.jit(fn, donate_argnums=tuple(donate))
     if mode == "xla":
-        return plain
-    if mode == "streams":
+        chosen = Selection("xla", plain, "asked for")
+    elif mode == "streams":
         scheduled = schedule_program(fn, flat_specs, "streams", profile, donate)
-        return scheduled if scheduled is not None else plain
-    chosen = select(
-        fn,
-        flat_specs,
-        donate,
-        profile,
-        measure=measure,
-        concurrent_xla=concurrent_xla,
-        memory_slack=memory_slack,
-    )
-    return chosen.fn
+        chosen = (
+            Selection("thunky", scheduled, "asked for")
+            if scheduled is not None
+            else Selection("xla", plain, "")
+        )
+    else:
+        chosen = select(
+            fn,
+            flat_specs,
+            donate,
+            profile,
+            measure=measure,
+            concurrent_xla=concurrent_xla,
+            memory_slack=memory_slack,
+        )
+    return (chosen.fn, chosen.choice) if with_choice else chosen.fn
 
 
 @dataclass(frozen=True)

@@ -258,3 +258,67 @@ def test_schedule_memory_slack_is_validated():
     with pytest.raises(InvalidOptionError, match=want):
         jaxrw.optimize(lambda x: x, schedule_memory_slack=2)
     assert jaxrw.optimize(lambda x: x, schedule_memory_slack=0.1).schedule_memory_slack == 0.1
+
+
+# -- schedule="auto" and optimize()'s fast path ------------------------------------------------------
+
+
+def _auto_on_cuda(monkeypatch, choice):
+    """Pretend to be on CUDA with auto choosing `choice`; count the selections and scheduled calls."""
+    import jaxrw.schedule
+
+    calls = {"select": 0, "scheduled": 0, "tracer_select": 0}
+
+    def select(fn, flat_specs, donate=(), profile=None, **kw):
+        calls["select"] += 1
+        plain = jax.jit(fn)
+        if choice == "xla":
+            return sched_thunky.Selection("xla", plain, "test")
+
+        def scheduled(*xs):
+            calls["scheduled"] += 1
+            return plain(*xs)
+
+        return sched_thunky.Selection(choice, scheduled, "test")
+
+    monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
+    monkeypatch.setattr(sched_thunky, "select", select)
+    return calls
+
+
+def _two_step(x, w):
+    return (x @ w) @ w + (x @ w)
+
+
+def test_auto_keeping_xla_uses_the_fast_path(monkeypatch):
+    # auto times candidates when a signature is built, which cannot happen inside jax.jit's trace
+    # of the fast path: the first call builds outside it; when auto keeps XLA's schedule, later
+    # calls take the C++ dispatch again (on jax >= 0.12 with CUDA this path used to be off)
+    calls = _auto_on_cuda(monkeypatch, "xla")
+    x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
+    opt = jaxrw.optimize(_two_step)
+    want = jax.jit(_two_step)(x, w)
+    for _ in range(3):
+        np.testing.assert_allclose(opt(x, w), want, rtol=1e-6)
+    assert calls["select"] == 1 and opt.traces == 1
+    assert opt._fast_state == "on"
+
+
+def test_auto_choosing_a_schedule_runs_it(monkeypatch):
+    calls = _auto_on_cuda(monkeypatch, "xla-concurrent")
+    x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
+    opt = jaxrw.optimize(_two_step)
+    want = jax.jit(_two_step)(x, w)
+    for _ in range(3):
+        np.testing.assert_allclose(opt(x, w), want, rtol=1e-6)
+    assert calls["select"] == 1 and calls["scheduled"] == 3
+    assert opt._fast_state == "off"
+
+
+def test_auto_under_an_outer_jit_does_not_time(monkeypatch):
+    # a signature first seen with tracers gets XLA's schedule: nothing concrete to time
+    calls = _auto_on_cuda(monkeypatch, "xla-concurrent")
+    x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
+    opt = jaxrw.optimize(_two_step)
+    np.testing.assert_allclose(jax.jit(opt)(x, w), jax.jit(_two_step)(x, w), rtol=1e-6)
+    assert calls["select"] == 0
