@@ -92,7 +92,13 @@ class _Entry:
 
 
 class _BuildOutside(Exception):
-    """Raised inside the fast path's trace for a signature that must be built outside it."""
+    """Raised inside the fast path's trace for a signature that must be built, or run, outside it."""
+
+
+def _needs_python(entry: _Entry) -> bool:
+    """Whether a signature's program runs through `entry.call` on the Python call path: a hoisted
+    program (prologue cached by identity) or one that schedule="auto"/"streams" scheduled."""
+    return isinstance(entry.call, HoistedCall) or entry.schedule != "xla"
 
 
 @dataclass(eq=False)  # hashable by identity, like a jitted function
@@ -153,7 +159,7 @@ class Optimized:
             try:
                 return self._fast(*args, **kwargs)
             except _BuildOutside:
-                pass  # a new signature under schedule="auto" on CUDA: built (and timed) below
+                pass  # built below (hoisting, or auto timing schedules on CUDA), then maybe run there
             except JaxrwError:
                 raise
             except Exception as e:  # noqa: BLE001 - a fault of the user's arguments, or of jaxrw's?
@@ -179,8 +185,8 @@ class Optimized:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-            if entry.schedule != "xla" and self._fast_state == "on":
-                self._fast_state = "off"  # a scheduled program runs through entry.call, not inlined
+        if self._fast_state == "on" and _needs_python(entry):
+            self._fast_state = "off"  # its program runs through entry.call, not inlined
         if entry.fallback is not None:
             return self._jitted(*args, **kwargs)
         if entry.proven:
@@ -201,18 +207,21 @@ class Optimized:
         return result
 
     def _fast_path(self) -> bool:
-        """Whether every signature's program is a plain function that can be inlined into one
-        jax.jit (`_inline`): then calls take jax's C++ dispatch with no Python of jaxrw's on the
-        way. Hoisting and verification need Python on every call; autotune measures when a
-        signature is built, which cannot happen inside a trace. With schedule="auto" the fast
-        path holds while auto keeps XLA's schedule (`_auto_measures`)."""
-        if self.verify or self.autotune or self.hoist_argnums or self.hoist_argnames or self._keep:
+        """Whether signatures' programs can be plain functions inlined into one jax.jit
+        (`_inline`): then calls take jax's C++ dispatch with no Python of jaxrw's on the way.
+        Verification needs Python on every call; autotune measures when a signature is built,
+        which cannot happen inside a trace. With hoisting or schedule="auto", the fast path holds
+        until a signature's program turns out to need the Python path (`_needs_python`)."""
+        if self.verify or self.autotune or self._keep:
             return False
         return self.schedule != "streams"
 
-    def _auto_measures(self) -> bool:
-        """schedule="auto" on a CUDA device times candidate schedules when a signature is built,
-        so the build must happen outside jax.jit's trace of `_inline`."""
+    def _build_outside(self) -> bool:
+        """Whether new signatures are built outside jax.jit's trace of `_inline`: a hoisted
+        program runs its prologue on the call path, and schedule="auto" on a CUDA device times
+        candidate schedules when a signature is built."""
+        if self.hoist_argnums or self.hoist_argnames:
+            return True
         if self.schedule != "auto":
             return False
         from .schedule import cuda_available
@@ -225,9 +234,9 @@ class Optimized:
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
         entry = self._cache.get(key)
+        if (entry is None and self._build_outside()) or (entry is not None and _needs_python(entry)):
+            raise _BuildOutside()  # __call__ takes its own path (and builds there)
         if entry is None:
-            if self._auto_measures():
-                raise _BuildOutside()  # __call__ builds it on its own path, then comes back
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         if entry.fallback is not None or entry.fn is None:
             return self.fn(*args, **kwargs)

@@ -186,3 +186,22 @@ def test_bind_with_keyword_hoisting_and_bad_uses():
         opt.bind(x)
     with pytest.raises(jaxrw.InvalidOptionError, match="needs hoist_argnums"):
         jaxrw.optimize(f).bind(p, x)
+
+
+def test_hoisting_with_nothing_to_hoist_keeps_the_fast_call_path():
+    # nothing depends on the parameters alone: the program is a plain function, inlined into one
+    # jax.jit (C++ dispatch) like optimize() without hoisting; a hoisting program takes the
+    # Python path that checks the parameters' identity
+    def g(params, x):
+        return jnp.tanh(x @ params["A"]) @ params["B"]
+
+    p, x = _params(0), _x(1)
+    plain = jaxrw.optimize(g, hoist_argnums=0)
+    for i in range(3):
+        np.testing.assert_allclose(plain(p, x + i), g(p, x + i), rtol=1e-4, atol=1e-5)
+    (entry,) = plain._cache.values()
+    assert not isinstance(entry.call, HoistedCall) and plain._fast_state == "on"
+    hoisting = jaxrw.optimize(f, hoist_argnums=0)
+    for i in range(3):
+        np.testing.assert_allclose(hoisting(p, x + i), f(p, x + i), rtol=1e-4, atol=1e-5)
+    assert _call(hoisting).prologue_runs == 1 and hoisting._fast_state == "off"
