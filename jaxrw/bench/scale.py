@@ -120,19 +120,24 @@ def measure_case(name: str) -> dict[str, Any]:
     return row
 
 
+def _child(argv: list[str], ident: dict[str, Any]) -> dict[str, Any]:
+    """Run this module with `argv` in a fresh process: its JSON row, or `ident` with the error."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "jaxrw.bench.scale", *argv], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"{ident}: failed after {time.perf_counter() - t0:.0f}s\n{proc.stderr[-2000:]}")
+        return {**ident, "error": proc.stderr[-500:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def _cases(names: list[str], json_path: str | None) -> int:
     """Each case in a fresh process; print a line per case and write the rows as JSON."""
     rows = []
     for name in names:
-        proc = subprocess.run(
-            [sys.executable, "-m", "jaxrw.bench.scale", "--one-case", name], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            print(f"{name}: failed\n{proc.stderr[-2000:]}")
-            rows.append({"case": name, "error": proc.stderr[-500:]})
-            continue
-        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        row = _child(["--one-case", name], {"case": name})
         rows.append(row)
+        if "error" in row:
+            continue
         c, w = row["cold"], row["warm"]
         print(
             f"{name}: {row['equations']} eqns  cold {c['build_s']:.2f}s ({c['s_per_1k_eqns']:.2f} s/1k)  "
@@ -169,17 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     for n in a.eqns:
-        cmd = [sys.executable, "-m", "jaxrw.bench.scale", "--one", str(n), "--time-s", str(a.time_s)]
+        cmd = ["--one", str(n), "--time-s", str(a.time_s)]
         cmd += ["--tracemalloc"] if a.tracemalloc else []
         cmd += ["--equations", str(a.equations)] if a.equations else []
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(f"{n} equations: failed after {time.perf_counter() - t0:.0f}s\n{proc.stderr[-2000:]}")
-            rows.append({"requested": n, "error": proc.stderr[-500:]})
-            continue
-        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        row = _child(cmd, {"requested": n})
         rows.append(row)
+        if "error" in row:
+            continue
         ok = row["build_s"] <= 60 and row["peak_rss_mib"] <= 4096
         print(
             f"{row['equations']:>6} eqns: build {row['build_s']:6.1f}s  "

@@ -290,27 +290,28 @@ def _two_step(x, w):
     return (x @ w) @ w + (x @ w)
 
 
+def _called_three_times(opt):
+    x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
+    want = jax.jit(_two_step)(x, w)
+    for _ in range(3):
+        np.testing.assert_allclose(opt(x, w), want, rtol=1e-6)
+
+
 def test_auto_keeping_xla_uses_the_fast_path(monkeypatch):
     # auto times candidates when a signature is built, which cannot happen inside jax.jit's trace
     # of the fast path: the first call builds outside it; when auto keeps XLA's schedule, later
     # calls take the C++ dispatch again (on jax >= 0.12 with CUDA this path used to be off)
     calls = _auto_on_cuda(monkeypatch, "xla")
-    x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
     opt = jaxrw.optimize(_two_step)
-    want = jax.jit(_two_step)(x, w)
-    for _ in range(3):
-        np.testing.assert_allclose(opt(x, w), want, rtol=1e-6)
+    _called_three_times(opt)
     assert calls["select"] == 1 and opt.traces == 1
     assert opt._fast_state == "on"
 
 
 def test_auto_choosing_a_schedule_runs_it(monkeypatch):
     calls = _auto_on_cuda(monkeypatch, "xla-concurrent")
-    x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
     opt = jaxrw.optimize(_two_step)
-    want = jax.jit(_two_step)(x, w)
-    for _ in range(3):
-        np.testing.assert_allclose(opt(x, w), want, rtol=1e-6)
+    _called_three_times(opt)
     assert calls["select"] == 1 and calls["scheduled"] == 3
     assert opt._fast_state == "off"
 
