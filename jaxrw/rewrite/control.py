@@ -1,10 +1,15 @@
-"""Optimizing inside control flow: the bodies of scan, while_loop (fori_loop) and cond/switch.
+"""Optimizing inside control flow: the bodies of scan, while_loop (fori_loop) and cond/switch, and
+the primal functions of custom_jvp/custom_vjp.
 
 Each body is a jaxpr of its own: it is rewritten by the same pipeline (same rules, cost model and
 guard), recursively. Loop bodies treat their constant operands (`num_consts` of a scan,
 `body_nconsts` of a while) as slow inputs, so work that depends only on them (products or
 concatenations of loop-invariant weights) is hoisted out of the loop: it runs once before the
 loop and enters it as extra constants.
+
+A custom_jvp/custom_vjp function's primal body is rewritten like a branch; its differentiation rules
+(the user's jvp, or fwd/bwd) are kept as they are: they describe the same function, so they stay
+consistent with the rewritten primal, and jax.grad still uses them, not a derivative of the rewrite.
 
 The encoder calls `body_hook(eqn)` for every equation it keeps opaque; a non-None answer is a
 function `vals -> outputs` the decoder uses instead of re-binding the original equation.
@@ -22,6 +27,7 @@ from .. import compat
 __all__ = ["make_body_hook", "LOOP_PRIMITIVES"]
 
 LOOP_PRIMITIVES = frozenset({"scan", "while", "cond"})
+CUSTOM_RULE_PRIMITIVES = frozenset({"custom_jvp_call", "custom_vjp_call"})
 
 # rewrite(closed_body, slow_input_indices) -> RewriteResult (or raises)
 Rewriter = Callable[[Any, frozenset[int]], Any]
@@ -97,6 +103,36 @@ def _cond(eqn: Any, rewrite: Rewriter, reports: list) -> Any:
     return lambda vals: compat.bind_equation(eqn.primitive, params, vals)
 
 
+def _has_products(jaxpr: Any) -> bool:
+    """Whether a jaxpr (or one nested in it) holds a dot_general: what the rules mostly act on."""
+    for e in jaxpr.eqns:
+        if e.primitive.name == "dot_general":
+            return True
+        if any(_has_products(getattr(j, "jaxpr", j)) for j in jax.extend.core.jaxprs_in_params(e.params)):
+            return True
+    return False
+
+
+def _custom_rule(eqn: Any, rewrite: Rewriter, reports: list) -> Any:
+    """A replacement for a custom_jvp_call/custom_vjp_call whose primal body was rewritten, or None.
+    Bodies without products (relu, softmax, gelu and the like: dozens per model) are left as they
+    are: each rewrite costs a fresh e-graph, and the elementwise rules gain little there."""
+    body = eqn.params["call_jaxpr"]
+    closed_given = isinstance(body, jax.extend.core.ClosedJaxpr)
+    closed = body if closed_given else jax.extend.core.ClosedJaxpr(body, [])
+    if not _has_products(closed.jaxpr):
+        return None
+    res = rewrite(closed, frozenset())
+    reports.append(res.report)
+    if res.fn is None:
+        return None
+    new = _retrace(res.fn, _specs(closed))
+    if new is None:
+        return None
+    params = {**eqn.params, "call_jaxpr": new if closed_given else new.jaxpr}
+    return lambda vals: compat.bind_equation(eqn.primitive, params, vals)
+
+
 def make_body_hook(rewrite: Rewriter, reports: list) -> Callable[[Any], Any]:
     """The encoder's hook: rewrite the bodies of control-flow equations with `rewrite`."""
 
@@ -110,6 +146,8 @@ def make_body_hook(rewrite: Rewriter, reports: list) -> Callable[[Any], Any]:
             return _loop_body(eqn, rewrite, "body_jaxpr", eqn.params["cond_nconsts"], reports)
         if name == "cond":
             return _cond(eqn, rewrite, reports)
+        if name in CUSTOM_RULE_PRIMITIVES and not eqn.params.get("symbolic_zeros"):
+            return _custom_rule(eqn, rewrite, reports)
         return None
 
     return hook

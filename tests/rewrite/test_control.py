@@ -130,3 +130,42 @@ def test_nasrnn_cell_in_a_scan_merges_its_eight_shared_input_products_per_step()
     assert rep.bodies and rep.bodies[0].rewritten and rep.bodies[0].hoisted_bytes == 2 * 8 * d * d * 4
     assert _count_in_body(cell_scan, (W, U, xs, h0), "dot_general") == 16
     assert _count_in_body(opt, (W, U, xs, h0), "dot_general") == 2
+
+
+def _custom_pair():
+    """The same chain under custom_jvp and custom_vjp, each with a derivative rule that is not the
+    derivative of the chain (so a gradient shows which one jax used)."""
+
+    @jax.custom_jvp
+    def f(x, a, b):
+        return jnp.tanh((x @ a) @ b)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        return f(*primals), 3.0 * tangents[0]
+
+    @jax.custom_vjp
+    def g(x, a, b):
+        return jnp.tanh((x @ a) @ b)
+
+    g.defvjp(lambda x, a, b: (g(x, a, b), None), lambda _, ct: (2.0 * ct, None, None))
+    return f, g
+
+
+def test_custom_jvp_and_vjp_primals_are_rewritten_and_their_rules_kept():
+    x, a, b = _r(0, 256, 8), _r(1, 8, 256), _r(2, 256, 8)
+    for fn in _custom_pair():
+
+        def loss(x, a, b, fn=fn):
+            return (fn(x, a, b) * 2).sum()
+
+        opt = jaxrw.optimize(loss)
+        rep = opt.report(x, a, b)
+        assert rep.rewritten and any(body.rewritten for body in rep.bodies)
+        fired = {k for body in rep.bodies for k in body.rules_fired}
+        assert any(k.startswith("dot.assoc") for k in fired)  # x @ (a @ b): the 8-wide product first
+        with jax.enable_x64(True):
+            want = float(jax.jit(loss)(*(np.asarray(v, np.float64) for v in (x, a, b))))
+        np.testing.assert_allclose(float(opt(x, a, b)), want, rtol=1e-4)
+        # the user's rule, not a derivative of the rewritten primal: 2 * (3 or 2) everywhere
+        np.testing.assert_allclose(jax.grad(opt)(x, a, b), jax.grad(loss)(x, a, b))
