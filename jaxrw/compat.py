@@ -21,10 +21,14 @@ JaxprEqn = jex_core.JaxprEqn
 
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
-# Call primitives whose body is inlined by the encoder. jax 0.11 names the jit call `pjit`;
-# jax 0.12 names it `jit`. `closed_call`/`core_call` and remat (`checkpoint`, named `remat2`
-# in older builds) are the same in both.
-INLINED_CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "checkpoint", "remat", "remat2"})
+# Call primitives whose body can be inlined. jax 0.11 names the jit call `pjit`; jax 0.12 names it
+# `jit`. `closed_call`/`core_call` and remat (`checkpoint`, named `remat2` in older builds) are the
+# same in both. The encoder inlines all but remat (`ENCODER_INLINED`): a checkpoint region is kept
+# as a region, its body rewritten on its own (rewrite/control.py), so that jax.grad of the
+# optimized program still rematerializes it instead of saving its activations.
+REMAT_CALLS = frozenset({"checkpoint", "remat", "remat2"})
+INLINED_CALLS = frozenset({"pjit", "jit", "closed_call", "core_call"}) | REMAT_CALLS
+ENCODER_INLINED = INLINED_CALLS - REMAT_CALLS
 
 
 def call_body(eqn: Any) -> ClosedJaxpr:

@@ -269,7 +269,7 @@ def _measure(opt: Any, clone: Any, args: tuple, kw: dict, samples: int) -> dict[
 def _walk(jaxpr: Any) -> Iterator[Any]:
     """Equations in the encoder's order: inlined calls replaced by their bodies."""
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name in compat.INLINED_CALLS:
+        if eqn.primitive.name in compat.ENCODER_INLINED:
             yield from _walk(compat.call_body(eqn).jaxpr)
         else:
             yield eqn

@@ -1,5 +1,5 @@
-"""Optimizing inside control flow: the bodies of scan, while_loop (fori_loop) and cond/switch, and
-the primal functions of custom_jvp/custom_vjp.
+"""Optimizing inside control flow: the bodies of scan, while_loop (fori_loop) and cond/switch,
+checkpoint regions, and the primal functions of custom_jvp/custom_vjp.
 
 Each body is a jaxpr of its own: it is rewritten by the same pipeline (same rules, cost model and
 guard), recursively. Loop bodies treat their constant operands (`num_consts` of a scan,
@@ -7,7 +7,8 @@ guard), recursively. Loop bodies treat their constant operands (`num_consts` of 
 concatenations of loop-invariant weights) is hoisted out of the loop: it runs once before the
 loop and enters it as extra constants.
 
-A custom_jvp/custom_vjp function's primal body is rewritten like a branch; its differentiation rules
+A checkpoint (remat) region is rewritten as a region of its own, so it stays one. A custom_jvp/
+custom_vjp function's primal body is rewritten like a branch; its differentiation rules
 (the user's jvp, or fwd/bwd) are kept as they are: they describe the same function, so they stay
 consistent with the rewritten primal, and jax.grad still uses them, not a derivative of the rewrite.
 
@@ -113,11 +114,12 @@ def _has_products(jaxpr: Any) -> bool:
     return False
 
 
-def _custom_rule(eqn: Any, rewrite: Rewriter, reports: list) -> Any:
-    """A replacement for a custom_jvp_call/custom_vjp_call whose primal body was rewritten, or None.
-    Bodies without products (relu, softmax, gelu and the like: dozens per model) are left as they
-    are: each rewrite costs a fresh e-graph, and the elementwise rules gain little there."""
-    body = eqn.params["call_jaxpr"]
+def _region(eqn: Any, rewrite: Rewriter, reports: list, key: str) -> Any:
+    """A replacement for an equation whose one body (`params[key]`) was rewritten, or None: the
+    primal of a custom_jvp_call/custom_vjp_call, or a checkpoint (remat) region. Bodies without
+    products (relu, softmax, gelu and the like: dozens per model) are left as they are: each
+    rewrite costs a fresh e-graph, and the elementwise rules gain little there."""
+    body = eqn.params[key]
     closed_given = isinstance(body, jax.extend.core.ClosedJaxpr)
     closed = body if closed_given else jax.extend.core.ClosedJaxpr(body, [])
     if not _has_products(closed.jaxpr):
@@ -129,7 +131,7 @@ def _custom_rule(eqn: Any, rewrite: Rewriter, reports: list) -> Any:
     new = _retrace(res.fn, _specs(closed))
     if new is None:
         return None
-    params = {**eqn.params, "call_jaxpr": new if closed_given else new.jaxpr}
+    params = {**eqn.params, key: new if closed_given else new.jaxpr}
     return lambda vals: compat.bind_equation(eqn.primitive, params, vals)
 
 
@@ -147,7 +149,9 @@ def make_body_hook(rewrite: Rewriter, reports: list) -> Callable[[Any], Any]:
         if name == "cond":
             return _cond(eqn, rewrite, reports)
         if name in CUSTOM_RULE_PRIMITIVES and not eqn.params.get("symbolic_zeros"):
-            return _custom_rule(eqn, rewrite, reports)
+            return _region(eqn, rewrite, reports, "call_jaxpr")
+        if name in compat.REMAT_CALLS:
+            return _region(eqn, rewrite, reports, "jaxpr")
         return None
 
     return hook

@@ -229,7 +229,7 @@ class _Encoder:
         for eqn in jaxpr.eqns:
             ins = [self.read(env, v) for v in eqn.invars]
             name = eqn.primitive.name
-            if name in compat.INLINED_CALLS:
+            if name in compat.ENCODER_INLINED:
                 body = compat.call_body(eqn)
                 inner_consts = [self.const(c, _aval(c), literal=False) for c in body.consts]
                 outs = self.run(body.jaxpr, inner_consts, ins)
@@ -423,7 +423,8 @@ def count_equations(jaxpr: Any) -> int:
     """The equations `encode` would see (nested jit/closed_call/remat bodies inlined), cheaply."""
     n = 0
     for eqn in jaxpr.eqns:
-        n += count_equations(compat.call_body(eqn).jaxpr) if eqn.primitive.name in compat.INLINED_CALLS else 1
+        inlined = eqn.primitive.name in compat.ENCODER_INLINED
+        n += count_equations(compat.call_body(eqn).jaxpr) if inlined else 1
     return n
 
 

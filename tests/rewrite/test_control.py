@@ -169,3 +169,22 @@ def test_custom_jvp_and_vjp_primals_are_rewritten_and_their_rules_kept():
         np.testing.assert_allclose(float(opt(x, a, b)), want, rtol=1e-4)
         # the user's rule, not a derivative of the rewritten primal: 2 * (3 or 2) everywhere
         np.testing.assert_allclose(jax.grad(opt)(x, a, b), jax.grad(loss)(x, a, b))
+
+
+def test_checkpoint_region_is_rewritten_and_stays_a_region():
+    # jax.checkpoint marks activations to recompute under jax.grad: the optimized program keeps the
+    # region (its body rewritten on its own) instead of inlining it, which would save them instead
+    def block(x, a, b):
+        return jnp.tanh((x @ a) @ b)
+
+    def loss(x, a, b):
+        return jax.checkpoint(block)(x, a, b).sum()
+
+    x, a, b = _r(0, 256, 8), _r(1, 8, 256), _r(2, 256, 8)
+    opt = jaxrw.optimize(loss)
+    rep = opt.report(x, a, b)
+    assert rep.rewritten and any(body.rewritten for body in rep.bodies)
+    grad_jaxpr = str(jax.make_jaxpr(jax.grad(opt))(x, a, b))
+    assert "remat" in grad_jaxpr or "checkpoint" in grad_jaxpr
+    np.testing.assert_allclose(jax.grad(opt)(x, a, b), jax.grad(loss)(x, a, b), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(float(opt(x, a, b)), float(loss(x, a, b)), rtol=1e-4)
