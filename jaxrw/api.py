@@ -189,6 +189,10 @@ class Optimized:
             self._fast_state = "off"  # its program runs through entry.call, not inlined
         if entry.fallback is not None:
             return self._jitted(*args, **kwargs)
+        if entry.schedule != "xla" and entry.fn is not None and any(map(compat.is_tracer, leaves)):
+            # under an outer jit/grad/vmap the program is traced into the caller's; a schedule
+            # applies to top-level calls only (XLA's concurrent mode cannot be nested in a jit)
+            return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
         if entry.proven:
             out = entry.call(*leaves)
         else:  # the first call compiles the built program: a failure there falls back too

@@ -323,3 +323,22 @@ def test_auto_under_an_outer_jit_does_not_time(monkeypatch):
     opt = jaxrw.optimize(_two_step)
     np.testing.assert_allclose(jax.jit(opt)(x, w), jax.jit(_two_step)(x, w), rtol=1e-6)
     assert calls["select"] == 0
+
+
+def test_a_scheduled_signature_called_under_an_outer_jit_is_traced_in(monkeypatch):
+    # auto picked XLA's concurrent mode for direct calls (a jit with compiler options, which cannot
+    # be nested in another jit); the same signature under an outer jit or grad runs the plain program
+    calls = _auto_on_cuda(monkeypatch, "xla-concurrent")
+
+    def nestable_only_at_top(*xs):
+        raise ValueError("`compiler_options` can only be passed to top-level jax.jit")
+
+    opt = jaxrw.optimize(_two_step)
+    _called_three_times(opt)
+    (entry,) = opt._cache.values()
+    entry.call = nestable_only_at_top  # what the real concurrent-mode jit does under a trace
+    x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
+    np.testing.assert_allclose(jax.jit(opt)(x, w), jax.jit(_two_step)(x, w), rtol=1e-6)
+    g = jax.grad(lambda x, w: opt(x, w).sum())(x, w)
+    np.testing.assert_allclose(g, jax.grad(lambda x, w: _two_step(x, w).sum())(x, w), rtol=1e-5)
+    assert calls["select"] == 1
