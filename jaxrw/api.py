@@ -37,6 +37,7 @@ from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
+from .signature import leaf_key, spec, static_key
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
 
@@ -174,14 +175,14 @@ class Optimized:
             h = entry.call
             ids = tuple(map(id, h.pick_slow(leaves)))
             if ids == h.ids and h.values is not None:
-                if tuple(map(_leaf_key, fast(leaves))) == fast_keys:
+                if tuple(map(leaf_key, fast(leaves))) == fast_keys:
                     h.seen = ids
                     return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
             # new slow arrays, changing on every call: jax.jit's program (any shapes; under a trace
             # the full path below traces the hoisted program through instead)
             elif not compat.is_tracer(leaves[h.slow[0]]) and h.wants_direct(ids):
                 return self._jitted(*args, **kwargs)
-        key = (in_tree, tuple(map(_leaf_key, leaves)), statics)
+        key = (in_tree, tuple(map(leaf_key, leaves)), statics)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
@@ -236,7 +237,7 @@ class Optimized:
         """Traced by `self._fast` (a jax.jit): this signature's program inlined into jit's trace."""
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
-        key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
+        key = (in_tree, tuple(leaf_key(x) for x in leaves), statics)
         entry = self._cache.get(key)
         if (entry is None and self._build_outside()) or (entry is not None and _needs_python(entry)):
             raise _BuildOutside()  # __call__ takes its own path (and builds there)
@@ -252,7 +253,7 @@ class Optimized:
         to jax.jit from now on with one warning (or raise under strict)."""
         dyn, _statics = self._split(args, kwargs)  # clear errors for bad static values ...
         for x in jax.tree_util.tree_leaves(dyn):  # ... and for leaves that are not arrays
-            _leaf_key(x)
+            leaf_key(x)
         want = self._jitted(*args, **kwargs)
         err = RewriteStageError("compile", e)
         if self.strict:
@@ -281,7 +282,7 @@ class Optimized:
         """(this signature's entry, built if new; its cache key; the flat argument leaves)."""
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
-        key = (in_tree, tuple(_leaf_key(x) for x in leaves), statics)
+        key = (in_tree, tuple(leaf_key(x) for x in leaves), statics)
         if key not in self._cache:
             self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         return self._cache[key], key, leaves
@@ -319,11 +320,11 @@ class Optimized:
         statics = []
         for i in sorted(static_pos):
             if i < len(args):
-                statics.append((i, _static_key(args[i], f"argument {i}")))
+                statics.append((i, static_key(args[i], f"argument {i}")))
         dyn_kwargs = {}
         for k, v in sorted(kwargs.items()):
             if k in self.static_argnames:
-                statics.append((k, _static_key(v, f"argument {k!r}")))
+                statics.append((k, static_key(v, f"argument {k!r}")))
             else:
                 dyn_kwargs[k] = v
         return (dyn_args, dyn_kwargs), tuple(statics)
@@ -343,7 +344,7 @@ class Optimized:
     def _build(self, args, kwargs, dyn, statics, leaves, in_tree) -> _Entry:
         self.traces += 1
         flat = self._flat_fn(args, kwargs, in_tree)
-        specs = [_spec(x) for x in leaves]
+        specs = [spec(x) for x in leaves]
         t0 = time.perf_counter()
         closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*specs)
         log.debug(
@@ -500,43 +501,6 @@ def _check_decoded(fn: Callable, specs: list, closed: Any) -> None:
 
 def _name(fn: Callable) -> str:
     return getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
-
-
-def _leaf_key(x: Any) -> tuple:
-    aval = getattr(x, "aval", None)  # fast path: jax arrays and tracers carry their abstract value
-    if aval is not None and hasattr(aval, "weak_type"):
-        return (aval.shape, aval.dtype, aval.weak_type)
-    if isinstance(x, jax.Array | np.ndarray | np.generic) or compat.is_tracer(x):
-        try:
-            aval = compat.get_aval(x)
-        except TypeError as e:  # e.g. NumPy string or object arrays
-            raise InvalidOptionError(
-                f"argument leaf of dtype {getattr(x, 'dtype', '?')} is not a JAX array type; valid: arrays "
-                "of numeric or bool dtypes (mark other values static with static_argnums/static_argnames)"
-            ) from e
-        return (tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False)))
-    if isinstance(x, bool | int | float | complex):
-        return ("py", type(x).__name__)
-    raise InvalidOptionError(
-        f"argument leaf {x!r} of type {type(x).__name__} is not an array; valid: jax/numpy arrays and Python "
-        "scalars (mark other values static with static_argnums/static_argnames)"
-    )
-
-
-def _spec(x: Any) -> Any:
-    aval = compat.get_aval(x)
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False))
-
-
-def _static_key(v: Any, what: str) -> Any:
-    try:
-        hash(v)
-    except TypeError as e:
-        raise InvalidOptionError(
-            f"static {what} must be hashable; got {type(v).__name__} {v!r} (valid: hashable values such as "
-            "int, str, tuple)"
-        ) from e
-    return v
 
 
 def optimize(

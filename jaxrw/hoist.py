@@ -94,8 +94,8 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     The prologue runs here, once. Each call is then one jax.jit dispatch (jax's C++ path) of the
     main program with the prologue values and the bound arrays passed as arguments: no identity
     check per call, so it is sound by construction (the values belong to these arrays)."""
-    from .api import _leaf_key  # the signature key optimize uses
     from .errors import InvalidOptionError
+    from .signature import leaf_key  # the signature key optimize uses
 
     if not (opt.hoist_argnums or opt.hoist_argnames):
         raise InvalidOptionError("bind needs hoist_argnums or hoist_argnames (the arguments to fix)")
@@ -130,7 +130,7 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     def body(values: list, fixed: tuple, fixed_kw: dict, *fast: Any, **fast_kw: Any) -> Any:
         a, kw = full(fixed, fixed_kw, fast, fast_kw)
         lv, tree = jax.tree_util.tree_flatten((a, kw))
-        if (tree, tuple(map(_leaf_key, lv))) != key[:2]:
+        if (tree, tuple(map(leaf_key, lv))) != key[:2]:
             raise InvalidOptionError(
                 "a bound function was called with arguments of another structure, shape or dtype "
                 "than it was bound with; bind again for them"

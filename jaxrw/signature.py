@@ -1,0 +1,55 @@
+"""Argument signatures: the keys optimize() caches compiled programs under (one per structure,
+shapes, dtypes and static values), and the abstract values it traces with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import compat
+from .errors import InvalidOptionError
+
+__all__ = ["leaf_key", "spec", "static_key"]
+
+
+def leaf_key(x: Any) -> tuple:
+    """(shape, dtype, weak type) of an array leaf, or the type of a Python scalar; a clear error for
+    anything else (non-arrays must be marked static)."""
+    aval = getattr(x, "aval", None)  # fast path: jax arrays and tracers carry their abstract value
+    if aval is not None and hasattr(aval, "weak_type"):
+        return (aval.shape, aval.dtype, aval.weak_type)
+    if isinstance(x, jax.Array | np.ndarray | np.generic) or compat.is_tracer(x):
+        try:
+            aval = compat.get_aval(x)
+        except TypeError as e:  # e.g. NumPy string or object arrays
+            raise InvalidOptionError(
+                f"argument leaf of dtype {getattr(x, 'dtype', '?')} is not a JAX array type; valid: arrays "
+                "of numeric or bool dtypes (mark other values static with static_argnums/static_argnames)"
+            ) from e
+        return (tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False)))
+    if isinstance(x, bool | int | float | complex):
+        return ("py", type(x).__name__)
+    raise InvalidOptionError(
+        f"argument leaf {x!r} of type {type(x).__name__} is not an array; valid: jax/numpy arrays and Python "
+        "scalars (mark other values static with static_argnums/static_argnames)"
+    )
+
+
+def spec(x: Any) -> Any:
+    """The ShapeDtypeStruct a leaf is traced as."""
+    aval = compat.get_aval(x)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False))
+
+
+def static_key(v: Any, what: str) -> Any:
+    """A static argument as a cache key: it must be hashable."""
+    try:
+        hash(v)
+    except TypeError as e:
+        raise InvalidOptionError(
+            f"static {what} must be hashable; got {type(v).__name__} {v!r} (valid: hashable values such as "
+            "int, str, tuple)"
+        ) from e
+    return v
