@@ -397,26 +397,20 @@ class Optimized:
             return _Entry(self._jitted, out_tree, None, fallback=str(err), trace=kept)
         report = result.report
         log.debug("jaxrw %s: %r", _name(self.fn), report)
+        kept = (closed, result, profile) if self._keep else None
         donate = tuple(i for i, o in enumerate(owners) if o in self.donate_argnums)
         hoisted = getattr(result.fn, "hoisted", None)
         if hoisted is not None:
             call = HoistedCall(hoisted, donate)  # prologue and main run under XLA's schedule
         else:
-            from .schedule import ScheduleUnavailableError
-            from .schedule import apply as schedule_apply
+            from .schedule import ScheduleUnavailableError, schedule_selection
 
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
             # under a trace (an outer jit/grad/vmap) nothing can be timed: XLA's schedule
             mode = "xla" if self.schedule == "auto" and any(map(compat.is_tracer, leaves)) else self.schedule
             try:
-                call, chosen = schedule_apply(
-                    mode,
-                    fn,
-                    specs,
-                    donate,
-                    profile,
-                    memory_slack=self.schedule_memory_slack,
-                    with_choice=True,
+                chosen = schedule_selection(
+                    mode, fn, specs, donate, profile, memory_slack=self.schedule_memory_slack
                 )
             except ScheduleUnavailableError:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here
@@ -426,9 +420,7 @@ class Optimized:
                     raise err from e
                 warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
                 return _Entry(self._jitted, out_tree, report, fallback=str(err))
-            kept = (closed, result, profile) if self._keep else None
-            return _Entry(call, out_tree, report, trace=kept, fn=fn, schedule=chosen)
-        kept = (closed, result, profile) if self._keep else None
+            return _Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
         return _Entry(call, out_tree, report, trace=kept)
 
     def _autotune(self, result: Any, closed: Any, flat: Callable, leaves: list) -> None:

@@ -41,7 +41,7 @@ FAULTS = [
     ("extract", run, "node_costs", _boom),
     ("decode", run, "decode", _boom),
     ("decode", run, "decode", _decoded_fn_that_fails),  # the decoded program fails when traced
-    ("schedule", jaxrw.schedule, "apply", _boom),
+    ("schedule", jaxrw.schedule, "schedule_selection", _boom),
 ]
 IDS = [f"{stage}-{fault.__name__}" for stage, _, _, fault in FAULTS]
 

@@ -3,7 +3,8 @@
     plan_program(closed_jaxpr, profile)    -> Plan (regions, streams, events, buffers, predictions)
     check(plan) / simulate(plan, args)     -> validation without a GPU
     schedule_program(fn, specs, mode|plan) -> a thunky-scheduled callable, or None for XLA's schedule
-    apply(mode, fn, specs, donate, profile) -> what optimize() calls: scheduled, else jax.jit(fn)
+    schedule_selection(mode, fn, specs, ...) -> what optimize() calls: the program and which schedule;
+    apply(...) -> its callable alone (scheduled, else jax.jit(fn))
 
 Modes: "xla" (never thunky), "streams" (always; raises ScheduleUnavailableError without thunky or
 CUDA), "auto" (thunky only on CUDA, with a predicted gain that a measurement confirms).
@@ -34,6 +35,7 @@ from .thunky import (
     emit,
     lower_to_dialect,
     schedule_program,
+    schedule_selection,
     select,
     thunky_available,
 )
@@ -65,6 +67,7 @@ __all__ = [
     "emit",
     "schedule_program",
     "apply",
+    "schedule_selection",
     "select",
     "Selection",
     "thunky_available",

@@ -38,6 +38,7 @@ __all__ = [
     "emit",
     "schedule_program",
     "apply",
+    "schedule_selection",
     "thunky_available",
     "cuda_available",
     "lower_to_dialect",
@@ -297,10 +298,34 @@ def apply(
     measure: bool = True,
     concurrent_xla: bool = True,
     memory_slack: float = 0.0,
-    with_choice: bool = False,
-) -> Any:
-    """What optimize() calls: the scheduled program for `fn`, else `jax.jit(fn, donate_argnums=donate)`
-    (with `with_choice`, a pair: it and "xla", "thunky" or "xla-concurrent").
+) -> Callable:
+    """The scheduled program for `fn`, else `jax.jit(fn, donate_argnums=donate)`: the callable of
+    `schedule_selection` (which see)."""
+    return schedule_selection(
+        mode,
+        fn,
+        flat_specs,
+        donate,
+        profile,
+        measure=measure,
+        concurrent_xla=concurrent_xla,
+        memory_slack=memory_slack,
+    ).fn
+
+
+def schedule_selection(
+    mode: str,
+    fn: Callable,
+    flat_specs: Sequence[Any],
+    donate: Sequence[int] = (),
+    profile: Profile | None = None,
+    *,
+    measure: bool = True,
+    concurrent_xla: bool = True,
+    memory_slack: float = 0.0,
+) -> Selection:
+    """What optimize() calls: which program runs `fn` ("xla", "thunky" or "xla-concurrent") and
+    the callable.
 
     "xla": the plain jit. "streams": the thunky program (raises ScheduleUnavailableError without
     thunky or CUDA). "auto": off CUDA the plain jit; on CUDA the fastest of the plain jit, the thunky
@@ -311,25 +336,21 @@ def apply(
     check_choice("schedule", mode, MODES)
     plain = jax.jit(fn, donate_argnums=tuple(donate))
     if mode == "xla":
-        chosen = Selection("xla", plain, "asked for")
-    elif mode == "streams":
+        return Selection("xla", plain, "asked for")
+    if mode == "streams":
         scheduled = schedule_program(fn, flat_specs, "streams", profile, donate)
-        chosen = (
-            Selection("thunky", scheduled, "asked for")
-            if scheduled is not None
-            else Selection("xla", plain, "")
-        )
-    else:
-        chosen = select(
-            fn,
-            flat_specs,
-            donate,
-            profile,
-            measure=measure,
-            concurrent_xla=concurrent_xla,
-            memory_slack=memory_slack,
-        )
-    return (chosen.fn, chosen.choice) if with_choice else chosen.fn
+        if scheduled is None:
+            return Selection("xla", plain, "no regions to schedule")
+        return Selection("thunky", scheduled, "asked for")
+    return select(
+        fn,
+        flat_specs,
+        donate,
+        profile,
+        measure=measure,
+        concurrent_xla=concurrent_xla,
+        memory_slack=memory_slack,
+    )
 
 
 @dataclass(frozen=True)
