@@ -18,7 +18,7 @@ from typing import Any
 
 from egglog import declarations as decl
 
-__all__ = ["symbols", "can_fire", "analysis_symbols"]
+__all__ = ["symbols", "can_fire", "analysis_rules"]
 
 _REF_TYPES = typing.get_args(decl.CallableRef)
 _OURS = "jaxrw."  # only the term language's functions have tables that may be empty
@@ -30,9 +30,9 @@ _LEAVES = (str, int, float, bool, type(None), decl.JustTypeRef, decl.Ident, decl
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def symbols(obj: Any, out: set | None = None) -> set:
+def symbols(obj: Any) -> set:
     """The term-language callables named anywhere inside an egglog declaration."""
-    out = set() if out is None else out
+    out: set = set()
     stack = [obj]
     while stack:
         x = stack.pop()
@@ -75,7 +75,7 @@ def _decls(rewrites: Iterable[Any]) -> list[Any]:
     return [rw.decl for rw in rewrites]
 
 
-def analysis_symbols() -> list[Any]:
+def analysis_rules() -> list[Any]:
     """The decls of the shape/dtype analysis rules (always registered, so their writes count)."""
     from .terms import analysis
 

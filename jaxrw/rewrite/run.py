@@ -23,7 +23,7 @@ from .encode import Program, count_equations, encode
 from .extract import Extraction, dag_cost, get_extractor, node_costs
 from .graph import EGraphView
 from .profiles import Profile
-from .reach import analysis_symbols, can_fire
+from .reach import analysis_rules, can_fire
 from .rules import Rule, select_rules
 from .terms import analysis
 
@@ -187,7 +187,7 @@ def saturate(program: Program, rules: Sequence[Rule], limits: Limits, report: Re
             decl_names[rw.decl] = r.name
             rewrites.append(rw)
     if program.symbols:  # only rewrites that can ever match this program (reach.py)
-        fires = can_fire(rewrites, program.symbols, analysis_symbols())
+        fires = can_fire(rewrites, program.symbols, analysis_rules())
         report.rewrites_skipped = len(rewrites) - sum(fires)
         rewrites = [rw for rw, ok in zip(rewrites, fires, strict=True) if ok]
         if not rewrites:
