@@ -73,21 +73,34 @@ def measure(
     t1 = time.perf_counter()
     jax.block_until_ready(opt(*args))
     first_s = time.perf_counter() - t1
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {
         "equations": n,
         "build_s": round(build_s, 2),
         "first_call_s": round(first_s, 2),
-        "phases_s": {k: round(v, 2) for k, v in (rep.phase_s if rep else {}).items()},
-        "stop_reason": rep.stop_reason.value if rep else "fallback",
-        "rewritten": bool(rep and rep.rewritten),
-        "egraph_nodes": rep.egraph_nodes if rep else 0,
-        "extractor": f"{rep.extractor} {rep.extractor_note}".strip() if rep else "",
-        "peak_rss_mib": round(rss / 2**20),
+        **_report_fields(rep),
+        "peak_rss_mib": _peak_rss_mib(),
         "python_peak_mib": round(py_peak / 2**20),
         "limits_equations": limits.equations,
         "jax": jax.__version__,
     }
+
+
+def _report_fields(rep: Any) -> dict[str, Any]:
+    """What a build's rewrite report says (a fallback to jax.jit has no report)."""
+    return {
+        "phases_s": {k: round(v, 3) for k, v in (rep.phase_s if rep else {}).items()},
+        "stop_reason": rep.stop_reason.value if rep else "fallback",
+        "iterations": rep.iterations if rep else 0,
+        "egraph_nodes": rep.egraph_nodes if rep else 0,
+        "egraph_classes": rep.egraph_classes if rep else 0,
+        "extractor": f"{rep.extractor} {rep.extractor_note}".strip() if rep else "",
+        "rewritten": bool(rep and rep.rewritten),
+    }
+
+
+def _peak_rss_mib() -> int:
+    """This process's peak resident memory (Python and egglog's Rust heap), MiB (Linux: KiB units)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def measure_case(name: str) -> dict[str, Any]:
@@ -105,18 +118,13 @@ def measure_case(name: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         rep = jaxrw.optimize(inst.fn, **inst.opt_kwargs).report(*args)
         build_s = time.perf_counter() - t0
-        row["equations"] = rep.n_equations
+        row["equations"] = n = rep.n_equations if rep else 0
         row[label] = {
             "build_s": round(build_s, 3),
-            "s_per_1k_eqns": round(build_s / max(rep.n_equations, 1) * 1e3, 3),
-            "phases_s": {k: round(v, 3) for k, v in rep.phase_s.items()},
-            "stop_reason": rep.stop_reason.value,
-            "iterations": rep.iterations,
-            "egraph_nodes": rep.egraph_nodes,
-            "egraph_classes": rep.egraph_classes,
-            "rewritten": rep.rewritten,
+            "s_per_1k_eqns": round(build_s / max(n, 1) * 1e3, 3),
+            **_report_fields(rep),
         }
-    row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    row["peak_rss_mib"] = _peak_rss_mib()
     return row
 
 
