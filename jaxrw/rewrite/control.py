@@ -87,17 +87,21 @@ def _loop_body(eqn: Any, rewrite: Rewriter, body_key: str, first: int, reports: 
     return run
 
 
+def _rewritten(body: Any, rewrite: Rewriter, reports: list) -> Any:
+    """A body (closed jaxpr, no slow inputs) rewritten and retraced, or None where it is kept."""
+    res = rewrite(body, frozenset())
+    reports.append(res.report)
+    return None if res.fn is None else _retrace(res.fn, _specs(body))
+
+
 def _cond(eqn: Any, rewrite: Rewriter, reports: list) -> Any:
     branches = list(eqn.params["branches"])
     changed = False
     for i, br in enumerate(branches):
-        res = rewrite(br, frozenset())
-        reports.append(res.report)
-        if res.fn is not None:
-            new = _retrace(res.fn, _specs(br))
-            if new is not None:
-                branches[i] = new
-                changed = True
+        new = _rewritten(br, rewrite, reports)
+        if new is not None:
+            branches[i] = new
+            changed = True
     if not changed:
         return None
     params = {**eqn.params, "branches": tuple(branches)}
@@ -122,13 +126,7 @@ def _region(eqn: Any, rewrite: Rewriter, reports: list, key: str) -> Any:
     body = eqn.params[key]
     closed_given = isinstance(body, jax.extend.core.ClosedJaxpr)
     closed = body if closed_given else jax.extend.core.ClosedJaxpr(body, [])
-    if not _has_products(closed.jaxpr):
-        return None
-    res = rewrite(closed, frozenset())
-    reports.append(res.report)
-    if res.fn is None:
-        return None
-    new = _retrace(res.fn, _specs(closed))
+    new = _rewritten(closed, rewrite, reports) if _has_products(closed.jaxpr) else None
     if new is None:
         return None
     params = {**eqn.params, key: new if closed_given else new.jaxpr}
