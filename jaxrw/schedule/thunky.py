@@ -288,29 +288,10 @@ XLA_CONCURRENT = {"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT"}
 XLA_REGIONS = {"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT_REGIONS"}
 
 
-def apply(
-    mode: str,
-    fn: Callable,
-    flat_specs: Sequence[Any],
-    donate: Sequence[int] = (),
-    profile: Profile | None = None,
-    *,
-    measure: bool = True,
-    concurrent_xla: bool = True,
-    memory_slack: float = 0.0,
-) -> Callable:
-    """The scheduled program for `fn`, else `jax.jit(fn, donate_argnums=donate)`: the callable of
-    `schedule_selection` (which see)."""
-    return schedule_selection(
-        mode,
-        fn,
-        flat_specs,
-        donate,
-        profile,
-        measure=measure,
-        concurrent_xla=concurrent_xla,
-        memory_slack=memory_slack,
-    ).fn
+def apply(mode: str, fn: Callable, flat_specs: Sequence[Any], *args: Any, **kwargs: Any) -> Callable:
+    """The scheduled program for `fn`, else `jax.jit(fn, donate_argnums=donate)`: the callable
+    `schedule_selection` (same arguments) picks."""
+    return schedule_selection(mode, fn, flat_specs, *args, **kwargs).fn
 
 
 def schedule_selection(
