@@ -237,6 +237,36 @@ class _Usage:
         self.changed.clear()
 
 
+def _sharing_switch(
+    view: EGraphView, readers: dict[str, list[str]], use: _Usage, costs: dict[str, float], x: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The switches that make the program read class `x` wherever it can: (classes not computed
+    now, to be computed by their node reading x; computed classes, switched to their node reading
+    x or reading one of the former). The second level finds sharing two steps away, such as the
+    row blocks of one product (batch.index_rows) that slices of each step's merged product read:
+    no single-level switch reaches it once each step computes its own product."""
+    inner: dict[str, str] = {}
+    switch: dict[str, str] = {}
+
+    def offer(p: str, nid: str, into: dict[str, str]) -> None:
+        if use.choice.get(p) != nid and (p not in into or costs[nid] < costs[into[p]]):
+            into[p] = nid
+
+    for nid in readers.get(x, ()):
+        p = view.nodes[nid].eclass
+        if use.selected(p):
+            offer(p, nid, switch)
+        elif p != x and p in use.choice:
+            outer = [r for r in readers.get(p, ()) if use.selected(view.nodes[r].eclass)]
+            if outer:
+                offer(p, nid, inner)
+                for r in outer:
+                    offer(view.nodes[r].eclass, r, switch)
+    for p in set(inner) & set(switch):  # a class computed already keeps its direct switch
+        del inner[p]
+    return inner, switch
+
+
 def share(
     view: EGraphView, costs: dict[str, float], choice: dict[str, str], budget_s: float = SHARE_BUDGET_S
 ) -> dict[str, str]:
@@ -255,15 +285,7 @@ def share(
         for x in sorted(readers):
             if time.perf_counter() - t0 > budget_s:
                 return use.choice
-            switch: dict[str, str] = {}
-            for nid in readers[x]:
-                p = view.nodes[nid].eclass
-                if (
-                    use.selected(p)
-                    and use.choice[p] != nid
-                    and (p not in switch or costs[nid] < costs[switch[p]])
-                ):
-                    switch[p] = nid
+            inner, switch = _sharing_switch(view, readers, use, costs, x)
             # one reader alone switching to a class not yet computed is what greedy already
             # weighed for that reader; only sharing (two or more readers, or a class the
             # program computes anyway) can pay
@@ -271,7 +293,7 @@ def share(
                 continue
             before = use.cost
             try:
-                for p, nid in switch.items():
+                for p, nid in (*inner.items(), *switch.items()):  # inner first: not yet read
                     use.switch(p, nid)
             except KeyError:  # a class greedy left without a choice
                 use.undo(before)

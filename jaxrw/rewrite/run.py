@@ -180,30 +180,46 @@ def saturate(program: Program, rules: Sequence[Rule], limits: Limits, report: Re
         return
     from egglog import ruleset
 
-    decl_names = {}
+    decl_names, is_late = {}, {}
     rewrites = []
     for r in rules:
         for rw in r.rewrites():
             decl_names[rw.decl] = r.name
+            is_late[rw.decl] = r.late
             rewrites.append(rw)
     if program.symbols:  # only rewrites that can ever match this program (reach.py)
         fires = can_fire(rewrites, program.symbols, analysis_rules())
         report.rewrites_skipped = len(rewrites) - sum(fires)
         rewrites = [rw for rw, ok in zip(rewrites, fires, strict=True) if ok]
-        if not rewrites:
-            report.stop_reason = StopReason.SATURATED
-            return
-    rs = ruleset(*rewrites, name=f"jaxrw_rules_{id(program)}")
+    main = [rw for rw in rewrites if not is_late[rw.decl]]
+    late = [rw for rw in rewrites if is_late[rw.decl]]
     t0 = time.perf_counter()
+    if main:
+        _run_main(eg, ruleset(*main, name=f"jaxrw_rules_{id(program)}"), decl_names, limits, report, t0)
+    else:
+        report.stop_reason = StopReason.SATURATED
+    if late:  # once, after the main rules: nothing they add is matched again
+        rep = eg.run(run_schedule(ruleset(*late, name=f"jaxrw_late_{id(program)}")) + analysis.saturate())
+        _count_fired(rep, decl_names, report)
+
+
+def _count_fired(rep: Any, decl_names: dict[Any, str], report: RewriteReport) -> None:
+    for decl, n in rep.num_matches_per_rule.items():
+        name = decl_names.get(decl)
+        if name and n:
+            report.rules_fired[name] = report.rules_fired.get(name, 0) + n
+
+
+def _run_main(
+    eg: Any, rs: Any, decl_names: dict[Any, str], limits: Limits, report: RewriteReport, t0: float
+) -> None:
+    """Iterate the main ruleset until saturation or the first limit; record why it stopped."""
     report.stop_reason = StopReason.ITERATION_LIMIT
     for i in range(limits.iterations):
         before_iteration = time.perf_counter() - t0
         rep = eg.run(run_schedule(rs) + analysis.saturate())
         report.iterations = i + 1
-        for decl, n in rep.num_matches_per_rule.items():
-            name = decl_names.get(decl)
-            if name and n:
-                report.rules_fired[name] = report.rules_fired.get(name, 0) + n
+        _count_fired(rep, decl_names, report)
         if not rep.updated:
             report.stop_reason = StopReason.SATURATED
             break

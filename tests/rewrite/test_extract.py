@@ -75,6 +75,22 @@ def test_share_keeps_a_choice_sharing_would_make_worse():
     assert dag_cost(view, shared, costs) == pytest.approx(18.0)
 
 
+def test_share_reaches_sharing_two_classes_away():
+    # R_t may read M_t, which may read S (the row blocks of one product, each read by a slice of
+    # one step's merged product). Greedy takes the private leaves (3 x 5.9); S is read only from
+    # classes not computed, so one level of switching finds nothing; two levels find 3 + 3 + 10
+    spec = {"S": [("s", 10.0, ())]}
+    for i in range(3):
+        spec[f"M{i}"] = [(f"mid{i}", 1.0, ("S",)), (f"own{i}", 5.0, ())]
+        spec[f"R{i}"] = [(f"use{i}", 1.0, (f"M{i}",)), (f"leaf{i}", 5.9, ())]
+    view, costs = _view(spec, ["R0", "R1", "R2"])
+    g = greedy_dag(view, costs)
+    assert dag_cost(view, g, costs) == pytest.approx(17.7)
+    shared = share(view, costs, g)
+    assert dag_cost(view, shared, costs) == pytest.approx(16.0)
+    assert all(shared[f"M{i}"] == f"mid{i}" for i in range(3))
+
+
 @st.composite
 def _random_egraphs(draw):
     """A random acyclic e-graph (children come from lower-numbered classes), its outputs and a

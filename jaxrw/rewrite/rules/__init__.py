@@ -32,6 +32,9 @@ class Rule:
     # True: holds only for finite operands (A@0 -> 0 is NaN, not 0, where A holds an inf): such a
     # rule could turn a NaN or Inf result finite, so only numerics="fast" uses it
     finite_only: bool = False
+    # True: runs once after the main saturation (run.py), so what it adds is never matched by the
+    # other rules; for rules whose results would otherwise feed the merges without end
+    late: bool = False
 
     def rewrites(self) -> list[Any]:
         cached = _BUILT.get(self.name)

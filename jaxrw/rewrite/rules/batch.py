@@ -31,8 +31,8 @@ def brun(t: Tensor) -> i64:
     """Order of the last original dot folded into batched dot t."""
 
 
-def _reg(name, identity, build, conditions, example):
-    register_rule(Rule(f"batch.{name}", "batch", identity, True, build, conditions, example, RING))
+def _reg(name, identity, build, conditions, example, late=False):
+    register_rule(Rule(f"batch.{name}", "batch", identity, True, build, conditions, example, RING, late=late))
 
 
 def _lead(t, s, rk):
@@ -199,6 +199,50 @@ _reg(
     _concat_batched,
     "batched dots of one form, concatenated along the leading batch axis; one dtype",
     _concat_batched_example,
+)
+
+
+# --- row blocks of one array -------------------------------------------------------------------
+
+
+def _index_rows():
+    # X[t] @ B (X of shape [n, m, k]) -> rows t*m:(t+1)*m of reshape(X, [n*m, k]) @ B: every index
+    # of X multiplied by the same B is a row block of one product, which the extractor's sharing
+    # pass computes once (as the hand-written NasRNN multiplies all steps' inputs in one GEMM)
+    A = squeeze(slice_(X, 0, V.i, V.j), 0)
+    flat = Tensor.reshape(X, Vec[i64](n * V.m, V.k))
+    conds = (
+        eq(V.so).to(shape(X)),
+        eq(V.so.length()).to(i64(3)),
+        eq(n).to(V.so[0]),
+        eq(V.m).to(V.so[1]),
+        eq(V.k).to(V.so[2]),
+        eq(V.j).to(V.i + 1),
+        rank(B, 2),
+        *same_dtype(X, B),
+    )
+    return [
+        rewrite(dot(A, B, 0, 1, r, c)).to(slice_(dot(flat, B, 0, 1, r, c), 0, V.i * V.m, V.j * V.m), *conds)
+    ]
+
+
+def _index_rows_example(rng, dt):
+    n_, m_, k_, o_ = sizes(rng, 4, 1, 17)
+    n_ = max(n_, 3)
+
+    def f(xs, w, v):
+        return xs[0] @ w, (xs[2] @ w) * 2, xs[1] @ v.T + 1
+
+    return f, (rand(rng, (n_, m_, k_), dt), rand(rng, (k_, o_), dt), rand(rng, (o_, k_), dt))
+
+
+_reg(
+    "index_rows",
+    "X[t] @ B -> (reshape(X, [n*m, k]) @ B)[t*m:(t+1)*m]",
+    _index_rows,
+    "X of rank 3 indexed on its first axis, B of rank 2, A's contracting axis last; one dtype",
+    _index_rows_example,
+    late=True,  # its row blocks, fed back to slice_dot and the merges, grow the e-graph 15x on NasRNN
 )
 
 

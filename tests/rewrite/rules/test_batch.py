@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -47,3 +48,58 @@ def test_independent_small_dots_become_one_batched_dot():
     )
     assert opt.report.rules_fired.get("batch.stack_dots", 0) > 0
     assert opt.dots == 1, opt.report
+
+
+def test_every_step_input_product_becomes_one_gemm():
+    # a recurrent cell unrolled: xs[t] @ W at every step is a row block of one product over all
+    # steps (batch.index_rows, added after the main saturation, taken by the sharing pass); the
+    # h @ U products depend on the previous step and stay one per step
+    from jaxrw.rewrite.profiles import H200
+    from jaxrw.rewrite.run import rewrite_jaxpr
+
+    from .harness import flat_jaxpr, rel_err
+
+    rng = np.random.default_rng(2)
+    steps, batch, hidden = 4, 8, 64
+    xs, h0 = _rand(rng, steps, batch, hidden), _rand(rng, batch, hidden)
+    w, u = _rand(rng, hidden, hidden), _rand(rng, hidden, hidden)
+
+    def cell(xs, h, w, u):
+        outs = []
+        for t in range(steps):
+            h = jnp.tanh(xs[t] @ w + h @ u)
+            outs.append(h)
+        return jnp.stack(outs)
+
+    closed, leaves = flat_jaxpr(cell, (xs, h0, w, u))
+    res = rewrite_jaxpr(closed, profile=H200)
+    assert res.report.rules_fired.get("batch.index_rows", 0) > 0, res.report
+    dots = [e for e in jax.make_jaxpr(res.fn)(*leaves).jaxpr.eqns if e.primitive.name == "dot_general"]
+    want_shapes = [(batch, hidden)] * steps + [(steps * batch, hidden)]
+    assert sorted(e.invars[0].aval.shape for e in dots) == want_shapes
+    got, want = res.fn(*leaves)[0], cell(xs, h0, w, u)
+    assert rel_err(got, want) <= 1e-5
+
+
+def test_index_rows_is_not_taken_for_one_row_block_alone():
+    # xs[t] @ W_t with a different W per step: lifting one step's product to all rows of xs
+    # computes 3x the FLOPs for one row block; the extractor must keep the per-step products
+    from jaxrw.rewrite.profiles import H200
+    from jaxrw.rewrite.run import rewrite_jaxpr
+
+    from .harness import flat_jaxpr, rel_err
+
+    rng = np.random.default_rng(3)
+    xs, ws = _rand(rng, 3, 8, 16), [_rand(rng, 16, 16) for _ in range(3)]
+
+    def f(xs, *ws):
+        return [jnp.tanh(xs[t] @ ws[t]) for t in range(3)]
+
+    closed, leaves = flat_jaxpr(f, (xs, *ws))
+    res = rewrite_jaxpr(closed, profile=H200)
+    assert res.report.rules_fired.get("batch.index_rows", 0) > 0, res.report
+    if res.fn is not None:
+        dots = [e for e in jax.make_jaxpr(res.fn)(*leaves).jaxpr.eqns if e.primitive.name == "dot_general"]
+        assert all(e.invars[0].aval.shape != (24, 16) for e in dots)
+        for got, want in zip(res.fn(*leaves), f(xs, *ws), strict=True):
+            assert rel_err(got, want) <= 1e-5
