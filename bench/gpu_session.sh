@@ -6,6 +6,8 @@
 #   bench/gpu_session.sh bench         # every suite, large sizes, float32 and bfloat16 (the image's jax)
 #   bench/gpu_session.sh schedule      # the scheduler cases with jax 0.12 + thunky
 #   bench/gpu_session.sh costcheck     # cost-model check (built-in profile), calibrate, check again
+#   bench/gpu_session.sh focus         # the hoisting cases (issue 10) and the slowest of issue 4,
+#                                      # jax 0.12, float32 and bfloat16, 9 samples per variant
 #
 # Results go to $OUT (default bench/out). The image's jax (0.11.2 on the H200 here) serves bench and
 # costcheck; schedule needs jax >= 0.12 for jax.experimental.thunky.
@@ -39,5 +41,10 @@ case "${1:-}" in
     python3 -m jaxrw.bench.costcheck --size large --json "$OUT/costcheck-h200-calibrated.json" \
       > "$OUT/costcheck-calibrated.txt" 2>&1; tail -1 "$OUT/costcheck-calibrated.txt"
     ;;
-  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck" >&2; exit 2 ;;
+  focus)
+    cases=nasrnn_args,nasrnn_args_hoist,nasrnn_const,llama288,llama288_hoist,llama4096_hoist,stacked_matvec_16,per_head_proj
+    PYTHONPATH=/tmp/site12:$base_path OUT=$OUT REPEATS=9 BUDGET=0 STAMP=${STAMP:-focus} \
+      bash bench/run_h200.sh --suite all --case "$cases" "${@:2}"
+    ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus" >&2; exit 2 ;;
 esac

@@ -32,7 +32,7 @@ from .errors import (
     check_fraction,
     check_nonneg_int,
 )
-from .hoist import HoistedCall, picker
+from .hoist import MISS, HoistedCall, HotPath, NotHot, picker
 from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
@@ -90,6 +90,7 @@ class _Entry:
     proven: bool = False  # the rewritten program compiled and ran once
     fn: Callable[..., Any] | None = None  # the program as a plain function (inlined by the fast path)
     schedule: str = "xla"  # what runs it: "xla", or a schedule auto/streams chose (thunky.select)
+    hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
 
 
 class _BuildOutside(Exception):
@@ -134,6 +135,8 @@ class Optimized:
     # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
     # last hoisted signature called with them, so a call with cached slow arrays skips the full key
     _hot: dict[Any, tuple] = field(default_factory=dict, repr=False)
+    _hot_path: HotPath | None = field(default=None, repr=False)  # of the last such signature called
+    _hot_path_off: bool = field(default=False, repr=False)  # it met another signature: not used again
 
     def __post_init__(self):
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
@@ -167,6 +170,14 @@ class Optimized:
                 return self._fast_failed(e, args, kwargs)
         if self._fast_state in ("broken", "disabled"):
             return self._jitted(*args, **kwargs)
+        if self._hot_path is not None:  # hoisting, with one signature called so far
+            try:
+                out = self._hot_path(self, args, kwargs)
+            except NotHot:
+                self._hot_path, self._hot_path_off = None, True
+            else:
+                if out is not MISS:
+                    return out
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         hot = self._hot.get((in_tree, statics)) if self._hot else None
@@ -206,6 +217,10 @@ class Optimized:
             slow = set(entry.call.slow)
             fast = tuple(i for i in range(len(leaves)) if i not in slow)
             self._hot[(in_tree, statics)] = (entry, picker(fast), tuple(key[1][i] for i in fast))
+            if not self._hot_path_off and not compat.is_tracer(leaves[entry.call.slow[0]]):
+                entry.hot = entry.hot or HotPath(self, entry, key)
+                entry.hot.refresh(args, kwargs)
+                self._hot_path = entry.hot
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not any(compat.is_tracer(x) for x in leaves):
             self._verify(result, args, kwargs)
@@ -303,6 +318,7 @@ class Optimized:
     def clear_cache(self) -> None:
         self._cache.clear()
         self._hot.clear()
+        self._hot_path, self._hot_path_off = None, False
         self._fast = jax.jit(
             self._inline,
             static_argnums=self.static_argnums,

@@ -17,7 +17,7 @@ import jax
 
 from . import compat
 
-__all__ = ["HoistedCall", "picker", "bind"]
+__all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "picker", "bind"]
 
 
 def picker(idx: tuple[int, ...]) -> Any:
@@ -86,6 +86,74 @@ class HoistedCall:
                 weakref.finalize(x, self._invalidate)
             self.prologue_runs += 1
         return self.run(leaves, values)
+
+
+class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
+    """Raised while a HotPath's jit traces arguments of another signature than its own."""
+
+
+MISS = object()  # HotPath could not take the call: the full call path does
+
+
+class HotPath:
+    """The quickest call of a hoisted signature whose slow arrays are cached.
+
+    Python checks only the identity of the hoisted arguments' leaves; the rest (flattening, the
+    signatures of the other arguments, the output tree) is jax's C++ dispatch of one jax.jit that
+    takes the prologue values as an argument. Arguments of another signature reach that jit as a
+    new trace, which raises NotHot; the caller then turns the path off for good, so alternating
+    signatures never pay a trace per call. One per signature (`_Entry.hot`), refreshed when the
+    prologue reruns for new slow arrays."""
+
+    def __init__(self, opt: Any, entry: Any, key: tuple):
+        from .signature import leaf_key
+
+        h = self.h = entry.call
+        self.ids: tuple[int, ...] | None = None  # of the hoisted leaves the values belong to
+        self.h_ids: tuple[int, ...] | None = None  # h.ids then: replaced if the prologue reruns
+        self._pos = tuple(sorted(opt.hoist_argnums))
+        self._names = tuple(sorted(opt.hoist_argnames))
+
+        def body(values: list, *args: Any, **kwargs: Any) -> Any:
+            dyn, statics = opt._split(args, kwargs)
+            leaves, tree = jax.tree_util.tree_flatten(dyn)
+            if (tree, tuple(map(leaf_key, leaves)), statics) != key:
+                raise NotHot
+            return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
+
+        def shift(idx: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(i + 1 for i in idx)
+
+        self.call = jax.jit(
+            body,
+            static_argnums=shift(opt.static_argnums),
+            static_argnames=opt.static_argnames,
+            donate_argnums=shift(opt.donate_argnums),
+        )
+
+    def _slow_leaves(self, args: tuple, kwargs: dict) -> list[Any]:
+        slow = [args[i] for i in self._pos if i < len(args)]
+        if self._names:
+            slow += [kwargs.get(k) for k in self._names]
+        return jax.tree_util.tree_leaves(slow)
+
+    def refresh(self, args: tuple, kwargs: dict) -> None:
+        """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
+        self.ids = tuple(map(id, self._slow_leaves(args, kwargs)))
+        self.h_ids = self.h.ids
+
+    def __call__(self, opt: Any, args: tuple, kwargs: dict) -> Any:
+        """The result, or MISS; NotHot when the jit meets another signature."""
+        slow = self._slow_leaves(args, kwargs)
+        ids = tuple(map(id, slow))
+        h = self.h
+        if ids == self.ids and h.ids is self.h_ids and h.values is not None:
+            h.seen = ids
+            return self.call(h.values, *args, **kwargs)
+        # new slow arrays, changing on every call: jax.jit's program (see HoistedCall)
+        if slow and not compat.is_tracer(slow[0]) and h.wants_direct(ids):
+            return opt._jitted(*args, **kwargs)
+        return MISS
 
 
 def bind(opt: Any, args: tuple, kwargs: dict) -> Any:

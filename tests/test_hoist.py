@@ -205,3 +205,57 @@ def test_hoisting_with_nothing_to_hoist_keeps_the_fast_call_path():
     for i in range(3):
         np.testing.assert_allclose(hoisting(p, x + i), f(p, x + i), rtol=1e-4, atol=1e-5)
     assert _call(hoisting).prologue_runs == 1 and hoisting._fast_state == "off"
+
+
+def _count_runs(call: HoistedCall) -> list[int]:
+    """Counts Python-level runs of the main program (the hot path runs it only when tracing)."""
+    runs, run = [0], call.run
+
+    def counted(*a):
+        runs[0] += 1
+        return run(*a)
+
+    call.run = counted
+    return runs
+
+
+def test_cached_calls_take_the_hot_path_through_one_jit():
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    p, x = _params(40), _x(41)
+    opt(p, x)
+    call = _call(opt)
+    runs = _count_runs(call)
+    for i in range(5):
+        np.testing.assert_allclose(opt(p, x + i), f(p, x + i), rtol=1e-4, atol=1e-5)
+    assert opt._hot_path is not None and runs[0] == 1  # traced once, then jax's C++ dispatch
+    p2 = jax.tree_util.tree_map(lambda a: a * 0.5, p)
+    for _ in range(3):  # new arrays twice in a row: the prologue reruns; the hot path follows it
+        np.testing.assert_allclose(opt(p2, x), f(p2, x), rtol=1e-4, atol=1e-5)
+    assert call.prologue_runs == 2 and opt._hot_path is not None
+    np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)  # the old arrays: jax.jit
+    assert call.direct_runs == 2
+
+
+def test_another_signature_turns_the_hot_path_off_and_stays_right():
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    p = _params(42)
+    small, big = _x(43, n=4), _x(44, n=7)
+    opt(p, small)
+    opt(p, small)
+    assert opt._hot_path is not None
+    for _ in range(2):  # alternating batch sizes: the hot path meets another shape once, then is off
+        for x in (big, small):
+            np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+    assert opt._hot_path is None and opt._hot_path_off
+    opt.clear_cache()
+    assert not opt._hot_path_off
+
+
+def test_hot_path_with_static_arguments():
+    def g(params, x, scale):
+        return f(params, x) * scale
+
+    opt = jaxrw.optimize(g, hoist_argnums=0, static_argnums=2)
+    p, x = _params(45), _x(46)
+    for scale in (2, 2, 3, 2):
+        np.testing.assert_allclose(opt(p, x, scale), g(p, x, scale), rtol=1e-4, atol=1e-5)
