@@ -45,6 +45,7 @@ case "${1:-}" in
     cases=nasrnn_args,nasrnn_args_hoist,nasrnn_const,llama288,llama288_hoist,llama4096_hoist,stacked_matvec_16,per_head_proj
     PYTHONPATH=/tmp/site12:$base_path OUT=$OUT REPEATS=9 BUDGET=0 STAMP=${STAMP:-focus} \
       bash bench/run_h200.sh --suite all --case "$cases" "${@:2}"
+    PYTHONPATH=/tmp/site12:$base_path python3 bench/hoist_h200.py --json "$OUT/h200-${STAMP:-focus}-hoist-diag.json"
     ;;
   *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus" >&2; exit 2 ;;
 esac

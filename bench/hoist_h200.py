@@ -1,0 +1,92 @@
+"""Where a hoisted call's time goes on a GPU: host time to issue calls vs time to finish them.
+
+    python bench/hoist_h200.py [--case llama288_hoist nasrnn_args_hoist] [--json PATH]
+
+For each case (large size, float32): jax.jit and jaxrw called with the cached parameters, with new
+parameters on every call (three sets in turn), jaxrw's direct jax.jit for the latter, and the
+bound function. `issue_us` is the host time per call with nothing waited for (while the device
+queue has room), `total_us` the time per call including the wait at the end: a variant whose
+issue time is close to its total time is bound by the host (Python and dispatch), not the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+
+from jaxrw import optimize
+from jaxrw.bench import models
+
+
+def _time(fn, arg_sets, calls: int) -> tuple[float, float]:
+    out = None
+    t0 = time.perf_counter()
+    for i in range(calls):
+        out = fn(*arg_sets[i % len(arg_sets)])
+    t1 = time.perf_counter()
+    jax.block_until_ready(out)
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
+
+
+def run_case(name: str, calls: int, repeats: int) -> dict:
+    inst = getattr(models, name)("large", "float32")
+    rw = optimize(inst.fn, **inst.opt_kwargs)
+    jj = jax.jit(inst.fn)
+    base = inst.args(1)
+    new = [inst.args(s) for s in (3, 4, 5)]
+    jax.block_until_ready(rw(*base))
+    bound = rw.bind(*base)
+    fast = base[1:]
+    variants = {
+        "jax.jit": (jj, [base]),
+        "jaxrw": (rw, [base]),
+        "jaxrw:bind": (bound, [fast]),
+        "jax.jit:new-args": (jj, new),
+        "jaxrw:new-args": (rw, new),
+        "jaxrw._jitted:new-args": (rw._jitted, new),
+    }
+    for fn, sets in variants.values():  # compile and warm
+        _time(fn, sets, 10)
+    samples: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for k, (fn, sets) in variants.items():
+            samples[k].append(_time(fn, sets, calls))
+    (entry,) = [e for e in rw._cache.values()]
+    h = entry.call
+    rec = {
+        k: {
+            "issue_us": statistics.median(s[0] for s in v),
+            "total_us": statistics.median(s[1] for s in v),
+        }
+        for k, v in samples.items()
+    }
+    counters = {k: getattr(h, k, None) for k in ("prologue_runs", "direct_runs")}
+    return {"case": name, "variants": rec, "counters": counters, "hot_path": rw._hot_path is not None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", nargs="+", default=["llama288_hoist", "nasrnn_args_hoist"])
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    out = {"device": str(jax.devices()[0]), "jax": jax.__version__, "cases": []}
+    for name in a.case:
+        out["cases"].append(run_case(name, a.calls, a.repeats))
+    for c in out["cases"]:
+        print(c["case"], c["counters"], "hot path" if c["hot_path"] else "no hot path")
+        for k, v in c["variants"].items():
+            print(f"  {k:24s} issue {v['issue_us']:8.1f} us   total {v['total_us']:8.1f} us")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
