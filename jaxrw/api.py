@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
-import numpy as np
 
 from . import compat
 from .errors import (
@@ -38,46 +37,13 @@ from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
 from .signature import leaf_key, spec, static_key
+from .tolerance import relative_error, tolerance
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
 
 log = logging.getLogger("jaxrw")
 
 SCHEDULES = ("auto", "xla", "streams")
-
-
-def tolerance(dtype: Any) -> float:
-    """Relative (norm-wise) error allowed between rewritten and original results for a dtype.
-    float32 allows TF32 rounding: GPUs run float32 matmuls as TF32 under jax's default precision."""
-    dt = np.dtype(dtype)
-    if dt == np.float64 or dt == np.complex128:
-        return 1e-9
-    if dt.kind in "fc" and dt.itemsize >= 4:
-        return 5e-3
-    if dt.kind in "fc" or str(dt) == "bfloat16":
-        return 5e-2
-    return 0.0
-
-
-def relative_error(got: Any, want: Any) -> float:
-    """||got - want|| / ||want|| in float64 (0 when both are zero; inf when shapes differ or
-    NaN/Inf appear in one but not the other)."""
-    g = (
-        np.asarray(got, dtype=np.float64)
-        if np.asarray(got).dtype != bool
-        else np.asarray(got, dtype=np.float64)
-    )
-    w = np.asarray(want, dtype=np.float64)
-    if g.shape != w.shape:
-        return float("inf")
-    gf, wf = np.isfinite(g), np.isfinite(w)
-    if not np.array_equal(gf, wf) or not np.array_equal(g[~gf], w[~wf], equal_nan=True):
-        return float("inf")
-    num = np.linalg.norm((g - w)[gf])
-    den = np.linalg.norm(w[wf])
-    if den == 0:
-        return float(num)
-    return float(num / den)
 
 
 @dataclass
@@ -91,6 +57,7 @@ class _Entry:
     fn: Callable[..., Any] | None = None  # the program as a plain function (inlined by the fast path)
     schedule: str = "xla"  # what runs it: "xla", or a schedule auto/streams chose (thunky.select)
     hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
+    handed_off: bool = False  # hoisted, but its slow arrays changed on every call: jax.jit's program
 
 
 class _BuildOutside(Exception):
@@ -100,7 +67,7 @@ class _BuildOutside(Exception):
 def _needs_python(entry: _Entry) -> bool:
     """Whether a signature's program runs through `entry.call` on the Python call path: a hoisted
     program (prologue cached by identity) or one that schedule="auto"/"streams" scheduled."""
-    return isinstance(entry.call, HoistedCall) or entry.schedule != "xla"
+    return (isinstance(entry.call, HoistedCall) and not entry.handed_off) or entry.schedule != "xla"
 
 
 @dataclass(eq=False)  # hashable by identity, like a jitted function
@@ -147,7 +114,13 @@ class Optimized:
             donate_argnums=self.donate_argnums,
         )
 
-        self._fast = jax.jit(
+        self._fast = self._new_fast()
+
+    def _new_fast(self) -> Any:
+        """A jax.jit of `_inline`. A new one after `_inline` raised _BuildOutside: jax's C++
+        dispatch sends every later call of a signature whose first trace raised through Python
+        (about 90 us a call on a CPU), so the jit that saw the raise is not kept."""
+        return jax.jit(
             self._inline,
             static_argnums=self.static_argnums,
             static_argnames=self.static_argnames,
@@ -162,8 +135,8 @@ class Optimized:
         if self._fast_state == "on":  # first: it is the path of most calls (µs count here)
             try:
                 return self._fast(*args, **kwargs)
-            except _BuildOutside:
-                pass  # built below (hoisting, or auto timing schedules on CUDA), then maybe run there
+            except _BuildOutside:  # built below (hoisting, or auto timing schedules on CUDA)
+                self._fast = self._new_fast()
             except JaxrwError:
                 raise
             except Exception as e:  # noqa: BLE001 - a fault of the user's arguments, or of jaxrw's?
@@ -187,19 +160,22 @@ class Optimized:
             ids = tuple(map(id, h.pick_slow(leaves)))
             if ids == h.ids and h.values is not None:
                 if tuple(map(leaf_key, fast(leaves))) == fast_keys:
-                    h.seen = ids
+                    h.seen, h.streak = ids, 0
                     return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
             # new slow arrays, changing on every call: jax.jit's program (any shapes; under a trace
             # the full path below traces the hoisted program through instead)
             elif not compat.is_tracer(leaves[h.slow[0]]) and h.wants_direct(ids):
-                return self._jitted(*args, **kwargs)
+                out = self._jitted(*args, **kwargs)
+                if h.handoff_due:
+                    self._hand_off(entry)
+                return out
         key = (in_tree, tuple(map(leaf_key, leaves)), statics)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         if self._fast_state == "on" and _needs_python(entry):
             self._fast_state = "off"  # its program runs through entry.call, not inlined
-        if entry.fallback is not None:
+        if entry.fallback is not None or entry.handed_off:
             return self._jitted(*args, **kwargs)
         if entry.schedule != "xla" and entry.fn is not None and any(map(compat.is_tracer, leaves)):
             # under an outer jit/grad/vmap the program is traced into the caller's; a schedule
@@ -258,9 +234,20 @@ class Optimized:
             raise _BuildOutside()  # __call__ takes its own path (and builds there)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-        if entry.fallback is not None or entry.fn is None:
+        if entry.fallback is not None or entry.fn is None or entry.handed_off:
             return self.fn(*args, **kwargs)
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
+
+    def _hand_off(self, entry: _Entry) -> None:
+        """A hoisted signature whose slow arrays changed on HANDOFF_AFTER calls in a row runs
+        jax.jit's program from now on, through the C++ fast path once no signature needs Python:
+        then its calls cost what jax.jit's do. `clear_cache()` hoists again."""
+        entry.handed_off = True
+        log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", _name(self.fn))
+        python = any(map(_needs_python, self._cache.values()))
+        if self._fast_state == "off" and self._fast_path() and not python:
+            self._fast_state, self._hot_path = "on", None
+            self._hot.clear()
 
     def _fast_failed(self, e: Exception, args: tuple, kwargs: dict) -> Any:
         """The inlined program failed to trace, compile or run. If jax.jit of the function fails on
@@ -319,12 +306,7 @@ class Optimized:
         self._cache.clear()
         self._hot.clear()
         self._hot_path, self._hot_path_off = None, False
-        self._fast = jax.jit(
-            self._inline,
-            static_argnums=self.static_argnums,
-            static_argnames=self.static_argnames,
-            donate_argnums=self.donate_argnums,
-        )
+        self._fast = self._new_fast()
 
     # -- internals --------------------------------------------------------------------------
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
@@ -486,7 +468,7 @@ class Optimized:
         got_leaves = jax.tree_util.tree_leaves(result)
         want_leaves = jax.tree_util.tree_leaves(want)
         for i, (g, w) in enumerate(zip(got_leaves, want_leaves, strict=True)):
-            tol = tolerance(np.asarray(w).dtype)
+            tol = tolerance(jax.numpy.asarray(w).dtype)
             err = relative_error(g, w)
             if err > tol:
                 raise VerificationError(

@@ -17,7 +17,7 @@ import jax
 
 from . import compat
 
-__all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "picker", "bind"]
+__all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "HANDOFF_AFTER", "picker", "bind"]
 
 
 def picker(idx: tuple[int, ...]) -> Any:
@@ -54,6 +54,7 @@ class HoistedCall:
         self.seen: tuple[int, ...] | None = None  # slow leaf ids of the previous call
         self.prologue_runs = 0
         self.direct_runs = 0
+        self.streak = 0  # direct runs in a row (HANDOFF_AFTER of them hand the signature to jax.jit)
 
     def _invalidate(self) -> None:
         self.ids = None
@@ -69,14 +70,20 @@ class HoistedCall:
         seen, self.seen = self.seen, ids
         direct = self.prologue_runs > 0 and ids != seen
         self.direct_runs += direct
+        self.streak = self.streak + 1 if direct else 0
         return direct
+
+    @property
+    def handoff_due(self) -> bool:
+        """The slow arrays changed on HANDOFF_AFTER calls in a row: they are not slow here."""
+        return self.streak >= HANDOFF_AFTER
 
     def __call__(self, *leaves: Any) -> Any:
         slow = list(self.pick_slow(leaves))
         if any(compat.is_tracer(x) for x in slow):
             return self.run(leaves, self.prologue(*slow))
         ids = tuple(map(id, slow))
-        self.seen = ids
+        self.seen, self.streak = ids, 0
         values = self.values
         if values is None or ids != self.ids:
             values = self.prologue(*slow)
@@ -94,6 +101,11 @@ class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
 
 MISS = object()  # HotPath could not take the call: the full call path does
 
+# After this many calls in a row with new slow arrays (a training loop calling the function
+# outside jit), the signature runs jax.jit's program through jax's C++ dispatch (Optimized's
+# fast path): any Python per call costs 20-35 us on the H200 host measured (bench/README.md)
+HANDOFF_AFTER = 16
+
 
 class HotPath:
     """The quickest call of a hoisted signature whose slow arrays are cached.
@@ -109,6 +121,7 @@ class HotPath:
         from .signature import leaf_key
 
         h = self.h = entry.call
+        self.entry = entry
         self.ids: tuple[int, ...] | None = None  # of the hoisted leaves the values belong to
         self.h_ids: tuple[int, ...] | None = None  # h.ids then: replaced if the prologue reruns
         self._pos = tuple(sorted(opt.hoist_argnums))
@@ -148,11 +161,14 @@ class HotPath:
         ids = tuple(map(id, slow))
         h = self.h
         if ids == self.ids and h.ids is self.h_ids and h.values is not None:
-            h.seen = ids
+            h.seen, h.streak = ids, 0
             return self.call(h.values, *args, **kwargs)
         # new slow arrays, changing on every call: jax.jit's program (see HoistedCall)
         if slow and not compat.is_tracer(slow[0]) and h.wants_direct(ids):
-            return opt._jitted(*args, **kwargs)
+            out = opt._jitted(*args, **kwargs)
+            if h.handoff_due:
+                opt._hand_off(self.entry)
+            return out
         return MISS
 
 

@@ -216,3 +216,59 @@ def test_schedule_option_on_a_machine_without_cuda():
         streams = jaxrw.optimize(lambda a, b: a @ b, schedule="streams")
         with pytest.raises(ScheduleUnavailableError):
             streams(a, b)
+
+
+@pytest.fixture
+def python_dispatches(monkeypatch):
+    """Counts executions dispatched through jax's Python path (the C++ fast path does not call
+    ExecuteReplicated.__call__)."""
+    from jax._src.interpreters import pxla
+
+    count, call = [0], pxla.ExecuteReplicated.__call__
+
+    def counted(self, *a):
+        count[0] += 1
+        return call(self, *a)
+
+    monkeypatch.setattr(pxla.ExecuteReplicated, "__call__", counted)
+    return count
+
+
+def test_signatures_built_outside_the_trace_keep_jax_cpp_dispatch(monkeypatch, python_dispatches):
+    # schedule="auto" on CUDA builds new signatures outside jit's trace (_BuildOutside); jax's C++
+    # dispatch sends a signature whose first trace raised through Python for good, so the jit
+    # that saw the raise is replaced
+    monkeypatch.setattr(api.Optimized, "_build_outside", lambda self: True)
+    a, b, v = (jnp.ones((16, 16)), jnp.ones((16, 16)), jnp.ones((16,)))
+    opt = jaxrw.optimize(lambda a, b, v: (a @ b) @ v)
+    for _ in range(3):
+        opt(a, b, v)
+    assert opt._fast_state == "on"
+    python_dispatches[0] = 0
+    for _ in range(5):
+        opt(a, b, v)
+    assert python_dispatches[0] == 0
+
+
+def test_a_handed_off_hoisted_signature_takes_jax_cpp_dispatch(python_dispatches):
+    from jaxrw.hoist import HANDOFF_AFTER
+
+    def f(p, x):
+        return jnp.tanh(x @ (p["A"] @ p["B"]))
+
+    rng = np.random.default_rng(0)
+
+    def params():
+        return {k: jnp.asarray(rng.standard_normal((32, 32)).astype(np.float32)) for k in "AB"}
+
+    opt, x = jaxrw.optimize(f, hoist_argnums=0), jnp.ones((4, 32))
+    sets = [params() for _ in range(HANDOFF_AFTER + 3)]
+    for p in sets:
+        opt(p, x)
+    assert opt._fast_state == "on"
+    want = [f(p, x) for p in sets[:5]]
+    python_dispatches[0] = 0
+    got = [opt(p, x) for p in sets[:5]]
+    assert python_dispatches[0] == 0
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

@@ -259,3 +259,44 @@ def test_hot_path_with_static_arguments():
     p, x = _params(45), _x(46)
     for scale in (2, 2, 3, 2):
         np.testing.assert_allclose(opt(p, x, scale), g(p, x, scale), rtol=1e-4, atol=1e-5)
+
+
+def test_parameters_new_on_every_call_hand_the_signature_to_jax_jit():
+    # a training loop calling the function outside jit: after HANDOFF_AFTER calls in a row with
+    # new parameters the signature runs jax.jit's program through jax's C++ dispatch (no Python
+    # of jaxrw's per call); clear_cache() hoists again
+    from jaxrw.hoist import HANDOFF_AFTER
+
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    x = _x(50)
+    sets = [_params(60 + i) for i in range(HANDOFF_AFTER + 2)]
+    for p in sets:
+        np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+    (entry,) = opt._cache.values()
+    assert entry.handed_off and opt._fast_state == "on"
+    call = entry.call
+    runs = (call.prologue_runs, call.direct_runs)
+    for _ in range(3):  # the same arrays again: still jax.jit's program, still right
+        np.testing.assert_allclose(opt(sets[0], x), f(sets[0], x), rtol=1e-4, atol=1e-5)
+    assert (call.prologue_runs, call.direct_runs) == runs  # no Python of jaxrw's ran
+    g = jax.grad(lambda p: opt(p, x).sum())(sets[1])  # transformations trace jax.jit's program
+    want = jax.grad(lambda p: f(p, x).sum())(sets[1])
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    opt.clear_cache()
+    opt(sets[0], x)
+    opt(sets[0], x)
+    assert _call(opt).prologue_runs == 1 and not next(iter(opt._cache.values())).handed_off
+
+
+def test_a_hot_parameter_set_between_new_ones_resets_the_handoff_count():
+    from jaxrw.hoist import HANDOFF_AFTER
+
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    x, cached = _x(51), _params(70)
+    opt(cached, x)
+    for i in range(2 * HANDOFF_AFTER):  # new sets, with the cached one every few calls
+        p = cached if i % 4 == 0 else _params(80 + i)
+        np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+    (entry,) = opt._cache.values()
+    assert not entry.handed_off and entry.call.streak < HANDOFF_AFTER

@@ -1,0 +1,44 @@
+"""How close a rewritten program's results must be to the original's: the tolerance per dtype and
+the relative error that `verify`, the benchmarks and the tests measure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["tolerance", "relative_error"]
+
+
+def tolerance(dtype: Any) -> float:
+    """Relative (norm-wise) error allowed between rewritten and original results for a dtype.
+    float32 allows TF32 rounding: GPUs run float32 matmuls as TF32 under jax's default precision."""
+    dt = np.dtype(dtype)
+    if dt == np.float64 or dt == np.complex128:
+        return 1e-9
+    if dt.kind in "fc" and dt.itemsize >= 4:
+        return 5e-3
+    if dt.kind in "fc" or str(dt) == "bfloat16":
+        return 5e-2
+    return 0.0
+
+
+def relative_error(got: Any, want: Any) -> float:
+    """||got - want|| / ||want|| in float64 (0 when both are zero; inf when shapes differ or
+    NaN/Inf appear in one but not the other)."""
+    g = (
+        np.asarray(got, dtype=np.float64)
+        if np.asarray(got).dtype != bool
+        else np.asarray(got, dtype=np.float64)
+    )
+    w = np.asarray(want, dtype=np.float64)
+    if g.shape != w.shape:
+        return float("inf")
+    gf, wf = np.isfinite(g), np.isfinite(w)
+    if not np.array_equal(gf, wf) or not np.array_equal(g[~gf], w[~wf], equal_nan=True):
+        return float("inf")
+    num = np.linalg.norm((g - w)[gf])
+    den = np.linalg.norm(w[wf])
+    if den == 0:
+        return float(num)
+    return float(num / den)
