@@ -2,10 +2,11 @@
 
     python bench/hoist_h200.py [--case llama288_hoist nasrnn_args_hoist] [--json PATH]
 
-For each case (large size, float32): jax.jit and jaxrw called with the cached parameters, with new
-parameters on every call (three sets in turn), jaxrw's direct jax.jit for the latter, and the
-bound function. `issue_us` is the host time per call with nothing waited for (while the device
-queue has room), `total_us` the time per call including the wait at the end: a variant whose
+For each case (large size, float32): jax.jit and jaxrw called directly (jaxrw built by its first
+call, as a user's is); for hoisting cases also jaxrw with new parameters on every call (three sets
+in turn, on an instance first called with other weights, as a training loop), jaxrw's direct
+jax.jit for the latter, and the bound function. `issue_us` is the host time per call with nothing
+waited for (while the device queue has room), `total_us` the time per call including the wait at the end: a variant whose
 issue time is close to its total time is bound by the host (Python and dispatch), not the GPU.
 """
 
@@ -19,13 +20,17 @@ import time
 import jax
 
 from jaxrw import optimize
-from jaxrw.bench import models
+from jaxrw.bench.case import CASES, load_suites
 
 
 def _time(fn, arg_sets, calls: int) -> tuple[float, float]:
+    """(issue, total) time per call; the argument sets rotate on across samples (never the same
+    set twice in a row, which would make jaxrw hoist it)."""
     out = None
+    start = _next.get(id(fn), 0)
+    _next[id(fn)] = start + calls
     t0 = time.perf_counter()
-    for i in range(calls):
+    for i in range(start, start + calls):
         out = fn(*arg_sets[i % len(arg_sets)])
     t1 = time.perf_counter()
     jax.block_until_ready(out)
@@ -33,30 +38,34 @@ def _time(fn, arg_sets, calls: int) -> tuple[float, float]:
     return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
 
 
+_next: dict[int, int] = {}  # per function: where its rotation continues
+
+
 def run_case(name: str, calls: int, repeats: int) -> dict:
-    inst = getattr(models, name)("large", "float32")
+    load_suites()
+    inst = CASES[name].instance("large", "float32")
     rw = optimize(inst.fn, **inst.opt_kwargs)
     jj = jax.jit(inst.fn)
     base = inst.args(1)
     new = [inst.args(s) for s in (3, 4, 5)]
-    jax.block_until_ready(rw(*base))
-    bound = rw.bind(*base)
-    fast = base[1:]
-    variants = {
-        "jax.jit": (jj, [base]),
-        "jaxrw": (rw, [base]),
-        "jaxrw:bind": (bound, [fast]),
-        "jax.jit:new-args": (jj, new),
-        "jaxrw:new-args": (rw, new),
-        "jaxrw._jitted:new-args": (rw._jitted, new),
-    }
+    jax.block_until_ready(rw(*base))  # built by a direct call, as a user's first call does
+    variants = {"jax.jit": (jj, [base]), "jaxrw": (rw, [base])}
+    if inst.opt_kwargs.get("hoist_argnums"):
+        trainer = optimize(inst.fn, **inst.opt_kwargs)  # a training loop: step-0 weights, then new
+        jax.block_until_ready(trainer(*inst.args(6)))
+        variants |= {
+            "jaxrw:bind": (rw.bind(*base), [base[1:]]),
+            "jax.jit:new-args": (jj, new),
+            "jaxrw:new-args": (trainer, new),
+            "jaxrw._jitted:new-args": (rw._jitted, new),
+        }
     for fn, sets in variants.values():  # compile and warm
         _time(fn, sets, 10)
     samples: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     for _ in range(repeats):
         for k, (fn, sets) in variants.items():
             samples[k].append(_time(fn, sets, calls))
-    (entry,) = [e for e in rw._cache.values()]
+    (entry,) = [e for e in (trainer if "jaxrw:new-args" in variants else rw)._cache.values()]
     h = entry.call
     rec = {
         k: {
@@ -66,12 +75,14 @@ def run_case(name: str, calls: int, repeats: int) -> dict:
         for k, v in samples.items()
     }
     counters = {k: getattr(h, k, None) for k in ("prologue_runs", "direct_runs")}
+    counters["new-args handed off"] = entry.handed_off
     return {"case": name, "variants": rec, "counters": counters, "hot_path": rw._hot_path is not None}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", nargs="+", default=["llama288_hoist", "nasrnn_args_hoist"])
+    default = ["llama288_hoist", "nasrnn_args_hoist", "llama288", "per_head_proj"]
+    ap.add_argument("--case", nargs="+", default=default)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--json")
