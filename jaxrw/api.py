@@ -532,8 +532,10 @@ def optimize(
     `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that
     depends only on them (concatenated or transposed weights, products of weights) runs once per
     new set of arrays and is reused while the caller passes the same arrays, up to
-    `max_hoist_bytes` of kept values. `schedule="auto"` takes a faster GPU schedule only if its
-    peak memory is at most `schedule_memory_slack` (a fraction, default 0) above XLA's.
+    `max_hoist_bytes` of kept values; arrays new on every call run jax.jit's program, and after
+    16 such calls in a row the signature stays with it (`clear_cache()` hoists again).
+    `schedule="auto"` takes a faster GPU schedule only if its peak memory is at most
+    `schedule_memory_slack` (a fraction, default 0) above XLA's.
     """
     check_choice("numerics", numerics, NUMERICS)
     check_choice("schedule", schedule, SCHEDULES)
