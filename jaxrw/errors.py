@@ -12,6 +12,7 @@ __all__ = [
     "RewriteStageError",
     "VerificationError",
     "InvalidOptionError",
+    "Interrupt",
 ]
 
 
@@ -34,6 +35,11 @@ class RewriteStageError(JaxrwError):
 
 class VerificationError(JaxrwError):
     """verify=True found the optimized result differs from jax.jit beyond the tolerance."""
+
+
+class Interrupt(BaseException):  # noqa: N818 - like KeyboardInterrupt
+    """A deliberate interruption (a deadline's alarm) that jaxrw's stages pass on instead of
+    treating it as a failure to fall back from. Not a JaxrwError: jaxrw never raises it itself."""
 
 
 class InvalidOptionError(JaxrwError, ValueError):

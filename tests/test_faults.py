@@ -163,3 +163,22 @@ def test_a_rust_panic_in_egglog_falls_back(monkeypatch):
     with pytest.warns(UserWarning, match="rewrite stage failed: FakePanic"):
         out = opt(a)
     np.testing.assert_allclose(out, 2 * (a @ a))
+
+
+def test_a_deadline_interrupt_inside_a_stage_is_passed_on(monkeypatch):
+    """An Interrupt (the bench's optimization deadline) raised while a stage runs is not a stage
+    failure: it reaches the caller instead of turning into a fallback."""
+    import jaxrw.rewrite.run as run_mod
+    from jaxrw.errors import Interrupt
+
+    class Deadline(Interrupt):
+        pass
+
+    def late(*a, **k):
+        raise Deadline("optimization exceeded 1 s")
+
+    monkeypatch.setattr(run_mod, "saturate", late)
+    a = jnp.ones((4, 4))
+    opt = jaxrw.optimize(lambda a: a @ a + a @ a)
+    with pytest.raises(Deadline):
+        opt.report(a)

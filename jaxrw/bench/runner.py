@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..api import optimize, relative_error, tolerance
+from ..errors import Interrupt
 from ..hoist import HANDOFF_AFTER
 from .case import Case, Instance
 from .timing import measure
@@ -79,7 +80,7 @@ class Options:
         return 0.01 if jax.default_backend() == "cpu" else 0.02
 
 
-class OptTimeout(BaseException):  # noqa: N818 - BaseException so optimize()'s fallback does not swallow it
+class OptTimeout(Interrupt):  # an Interrupt, so optimize()'s fallback does not swallow it
     """The optimization of one case ran past its deadline."""
 
 

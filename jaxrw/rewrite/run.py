@@ -16,7 +16,7 @@ from typing import Any
 
 from egglog import run as run_schedule
 
-from ..errors import InvalidOptionError, JaxrwError, RewriteStageError
+from ..errors import Interrupt, InvalidOptionError, JaxrwError, RewriteStageError
 from .cost import CostModel, get_cost_model
 from .decode import decode
 from .encode import Program, count_equations, encode
@@ -165,7 +165,7 @@ def _stage(name: str, fn: Callable, *args: Any, **kw: Any) -> Any:
         return fn(*args, **kw)
     except JaxrwError:  # deliberate errors (unsupported program, bad option) keep their type
         raise
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, Interrupt):
         raise
     except BaseException as e:  # noqa: BLE001 - a Rust panic in egglog arrives as a BaseException
         raise RewriteStageError(name, e) from e
