@@ -6,8 +6,9 @@ For each case (large size, float32): jax.jit and jaxrw called directly (jaxrw bu
 call, as a user's is); for hoisting cases also jaxrw with new parameters on every call (three sets
 in turn, on an instance first called with other weights, as a training loop), jaxrw's direct
 jax.jit for the latter, and the bound function. `issue_us` is the host time per call with nothing
-waited for (while the device queue has room), `total_us` the time per call including the wait at the end: a variant whose
-issue time is close to its total time is bound by the host (Python and dispatch), not the GPU.
+waited for (while the device queue has room), `total_us` the time per call including the wait at
+the end: a variant whose issue time is close to its total time is bound by the host (Python and
+dispatch), not the GPU.
 """
 
 from __future__ import annotations
