@@ -147,19 +147,24 @@ def test_a_fault_when_the_program_runs_falls_back(monkeypatch):
     assert info.value.stage == "compile"
 
 
+def _saturate_raising(monkeypatch, exc: BaseException):
+    """An optimized a@a + a@a whose saturation raises `exc`, and its input."""
+    import jaxrw.rewrite.run as run_mod
+
+    def raising(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(run_mod, "saturate", raising)
+    return jaxrw.optimize(lambda a: a @ a + a @ a), jnp.ones((4, 4))
+
+
 def test_a_rust_panic_in_egglog_falls_back(monkeypatch):
     """pyo3 turns a Rust panic into PanicException, a BaseException: it must not escape."""
-    import jaxrw.rewrite.run as run_mod
 
     class FakePanic(BaseException):
         pass
 
-    def panic(*a, **k):
-        raise FakePanic("called `Option::unwrap()` on a `None` value")
-
-    monkeypatch.setattr(run_mod, "saturate", panic)
-    a = jnp.ones((4, 4))
-    opt = jaxrw.optimize(lambda a: a @ a + a @ a)
+    opt, a = _saturate_raising(monkeypatch, FakePanic("called `Option::unwrap()` on a `None` value"))
     with pytest.warns(UserWarning, match="rewrite stage failed: FakePanic"):
         out = opt(a)
     np.testing.assert_allclose(out, 2 * (a @ a))
@@ -168,17 +173,11 @@ def test_a_rust_panic_in_egglog_falls_back(monkeypatch):
 def test_a_deadline_interrupt_inside_a_stage_is_passed_on(monkeypatch):
     """An Interrupt (the bench's optimization deadline) raised while a stage runs is not a stage
     failure: it reaches the caller instead of turning into a fallback."""
-    import jaxrw.rewrite.run as run_mod
     from jaxrw.errors import Interrupt
 
     class Deadline(Interrupt):
         pass
 
-    def late(*a, **k):
-        raise Deadline("optimization exceeded 1 s")
-
-    monkeypatch.setattr(run_mod, "saturate", late)
-    a = jnp.ones((4, 4))
-    opt = jaxrw.optimize(lambda a: a @ a + a @ a)
+    opt, a = _saturate_raising(monkeypatch, Deadline("optimization exceeded 1 s"))
     with pytest.raises(Deadline):
         opt.report(a)
