@@ -9,6 +9,8 @@
 #   bench/gpu_session.sh focus         # the hoisting cases (issue 10) and the slowest of issue 4,
 #                                      # jax 0.12, float32 and bfloat16, 9 samples per variant
 #
+# Set JAXRW_COMMIT to the commit the tree was copied from: the device's copy of .git can be stale,
+# and the JSON records it as the run's commit.
 # Results go to $OUT (default bench/out). The image's jax (0.11.2 on the H200 here) serves bench and
 # costcheck; schedule needs jax >= 0.12 for jax.experimental.thunky.
 set -uo pipefail

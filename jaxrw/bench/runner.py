@@ -368,8 +368,14 @@ def environment(opts: Options) -> dict[str, Any]:
 
 
 def _git_commit() -> str | None:
-    """The checkout's commit (and '+dirty' with local changes), when run from a git checkout."""
+    """The checkout's commit (and '+dirty' with local changes), when run from a git checkout, or
+    JAXRW_COMMIT when set: a copy of the tree on another machine can carry a stale `.git`."""
+    import re
     import subprocess
+
+    given = os.environ.get("JAXRW_COMMIT", "")
+    if re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", given):
+        return given
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:

@@ -132,3 +132,11 @@ def test_hoist_case_also_times_new_weights_every_call():
     assert "jax.jit:new-args" in rec["variants"]  # its baseline: jax.jit called the same way
     assert rec["speedup_bind"] > 0 and rec["variants"]["jaxrw:bind"]["rel_err_vs_jaxrw"] < 1e-6
     assert rec["numerics_ok"]
+
+
+def test_the_recorded_commit_can_be_given(monkeypatch):
+    # a tree copied to a GPU machine can carry a stale .git: JAXRW_COMMIT names the real commit
+    monkeypatch.setenv("JAXRW_COMMIT", "24b29b3+dirty")
+    assert runner._git_commit() == "24b29b3+dirty"
+    monkeypatch.setenv("JAXRW_COMMIT", "not a commit; rm -rf")  # anything else is ignored
+    assert runner._git_commit() != "not a commit; rm -rf"
