@@ -165,10 +165,7 @@ class Optimized:
             # new slow arrays, changing on every call: jax.jit's program (any shapes; under a trace
             # the full path below traces the hoisted program through instead)
             elif not compat.is_tracer(leaves[h.slow[0]]) and h.wants_direct(ids):
-                out = self._jitted(*args, **kwargs)
-                if h.handoff_due:
-                    self._hand_off(entry)
-                return out
+                return self._run_direct(entry, args, kwargs)
         key = (in_tree, tuple(map(leaf_key, leaves)), statics)
         entry = self._cache.get(key)
         if entry is None:
@@ -238,16 +235,21 @@ class Optimized:
             return self.fn(*args, **kwargs)
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
 
-    def _hand_off(self, entry: _Entry) -> None:
-        """A hoisted signature whose slow arrays changed on HANDOFF_AFTER calls in a row runs
-        jax.jit's program from now on, through the C++ fast path once no signature needs Python:
-        then its calls cost what jax.jit's do. `clear_cache()` hoists again."""
+    def _run_direct(self, entry: _Entry, args: tuple, kwargs: dict) -> Any:
+        """jax.jit's program, for a hoisted signature called with new slow arrays (HoistedCall.
+        wants_direct); after HANDOFF_AFTER such calls in a row the signature is handed off: it runs
+        jax.jit's program from now on, through the C++ fast path once no signature needs Python,
+        so its calls cost what jax.jit's do. `clear_cache()` hoists again."""
+        out = self._jitted(*args, **kwargs)
+        if entry.handed_off or not entry.call.handoff_due:
+            return out
         entry.handed_off = True
         log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", _name(self.fn))
         python = any(map(_needs_python, self._cache.values()))
         if self._fast_state == "off" and self._fast_path() and not python:
             self._fast_state, self._hot_path = "on", None
             self._hot.clear()
+        return out
 
     def _fast_failed(self, e: Exception, args: tuple, kwargs: dict) -> Any:
         """The inlined program failed to trace, compile or run. If jax.jit of the function fails on

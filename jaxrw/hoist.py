@@ -16,6 +16,7 @@ from typing import Any
 import jax
 
 from . import compat
+from .signature import leaf_key  # the signature key optimize uses
 
 __all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "HANDOFF_AFTER", "picker", "bind"]
 
@@ -118,8 +119,6 @@ class HotPath:
     prologue reruns for new slow arrays."""
 
     def __init__(self, opt: Any, entry: Any, key: tuple):
-        from .signature import leaf_key
-
         h = self.h = entry.call
         self.entry = entry
         self.ids: tuple[int, ...] | None = None  # of the hoisted leaves the values belong to
@@ -165,10 +164,7 @@ class HotPath:
             return self.call(h.values, *args, **kwargs)
         # new slow arrays, changing on every call: jax.jit's program (see HoistedCall)
         if slow and not compat.is_tracer(slow[0]) and h.wants_direct(ids):
-            out = opt._jitted(*args, **kwargs)
-            if h.handoff_due:
-                opt._hand_off(self.entry)
-            return out
+            return opt._run_direct(self.entry, args, kwargs)
         return MISS
 
 
@@ -179,7 +175,6 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     main program with the prologue values and the bound arrays passed as arguments: no identity
     check per call, so it is sound by construction (the values belong to these arrays)."""
     from .errors import InvalidOptionError
-    from .signature import leaf_key  # the signature key optimize uses
 
     if not (opt.hoist_argnums or opt.hoist_argnames):
         raise InvalidOptionError("bind needs hoist_argnums or hoist_argnames (the arguments to fix)")

@@ -208,7 +208,8 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
         raise _Skip(f"optimize() has no {', '.join(map(repr, missing))} option yet")
     if opts.autotune:
         kwargs["autotune"] = True
-    rw = optimize(inst.fn, **{k: v for k, v in kwargs.items() if k not in missing})
+    options = {k: v for k, v in kwargs.items() if k not in missing}
+    rw = optimize(inst.fn, **options)
     report, rec["opt_timeout"], rec["opt_s"], rec["fallback"] = None, False, None, None
     if opts.jaxrw:
         report = _optimize(rw, args, opts, rec)
@@ -227,15 +228,14 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
         # C++ dispatch instead of optimize()'s Python wrapper (what remains is the rewrite's effect)
         variants["jaxrw@jit"] = (jax.jit(rw), args)
     if "jaxrw" in variants and {"hoist_argnums", "hoist_argnames"} & set(kwargs):
-        # hoisted work is cached per argument identity; the worst case is new weights on every call
-        # (an optimizer step between calls): rotate through argument sets none of which is cached,
-        # each differing from the call before
-        # (compared with jax.jit called the same way: new arrays cost jax.jit something too)
-        # A training loop: its own instance, first called on the step-0 weights (hoisted), then
-        # timed in its steady state, after HANDOFF_AFTER calls with new weights have handed the
-        # signature to jax.jit's program (which must not change what the other variants time)
+        # hoisted work is cached per argument identity; the worst case is new weights on every call,
+        # a training loop: its own instance (so what it does cannot change what the other variants
+        # time), first called on the step-0 weights (hoisted), then on argument sets none of which
+        # is cached, each differing from the call before, timed in its steady state, after
+        # HANDOFF_AFTER such calls have handed the signature to jax.jit's program (compared with
+        # jax.jit called the same way: new arrays cost jax.jit something too)
         new_sets = [inst.args(seed) for seed in NEW_ARG_SEEDS]
-        fresh = optimize(inst.fn, **{k: v for k, v in kwargs.items() if k not in missing})
+        fresh = optimize(inst.fn, **options)
         jax.block_until_ready(fresh(*inst.args(STEP0_SEED)))
         variants["jaxrw:new-args"] = (_rotating(fresh, new_sets), ())
         for _ in range(HANDOFF_AFTER + len(new_sets)):
