@@ -254,9 +254,11 @@ def _sharing_switch(
 
     for nid in readers.get(x, ()):
         p = view.nodes[nid].eclass
+        if p == x:
+            continue  # a node of x reading x (X[0:n] where that is all of X) would be a cycle
         if use.selected(p):
             offer(p, nid, switch)
-        elif p != x and p in use.choice:
+        elif p in use.choice:
             outer = [r for r in readers.get(p, ()) if use.selected(view.nodes[r].eclass)]
             if outer:
                 offer(p, nid, inner)

@@ -91,6 +91,26 @@ def test_share_reaches_sharing_two_classes_away():
     assert all(shared[f"M{i}"] == f"mid{i}" for i in range(3))
 
 
+def test_share_ignores_nodes_that_read_their_own_class():
+    # qkv_const: S = x@[Wq|Wk|Wv] also holds S[0:n] (all of S, a node reading its own class); M =
+    # x@[Wq|Wk] is its own product or a slice of S. From R0, R1 reading M and R2 reading S, sharing
+    # S switches M to the slice (drops a product); offering S its own slice too made every such
+    # switch a cycle, so it was rejected (2.87x predicted became 1.45x when class ids moved)
+    spec = {
+        "S": [("s", 10.0, ()), ("s_all", 0.1, ("S",))],
+        "M": [("m", 9.0, ()), ("m_of_s", 0.1, ("S",))],
+        "R0": [("r0", 0.1, ("M",))],
+        "R1": [("r1", 0.1, ("M",))],
+        "R2": [("r2", 0.1, ("S",))],
+    }
+    view, costs = _view(spec, ["R0", "R1", "R2"])
+    start = {"S": "s", "M": "m", "R0": "r0", "R1": "r1", "R2": "r2"}
+    assert dag_cost(view, start, costs) == pytest.approx(19.3)
+    shared = share(view, costs, start)
+    assert shared["M"] == "m_of_s" and shared["S"] == "s"
+    assert dag_cost(view, shared, costs) == pytest.approx(10.4)
+
+
 @st.composite
 def _random_egraphs(draw):
     """A random acyclic e-graph (children come from lower-numbered classes), its outputs and a
