@@ -67,6 +67,7 @@ FUSIBLE = frozenset(
 FOLDED = frozenset({"concat", "transpose", "slice", "op"})
 HOISTABLE = frozenset({"concat", "transpose", "slice", "dot", "add", "sub", "mul", "div", "neg", "unary"})
 SLICING = frozenset({"slice", "dynamic_slice", "squeeze", "reshape"})
+COPYING_SLICES = frozenset({"slice", "slice_nd", "dynamic_slice"})  # not bitcasts: they copy
 # Fraction of the output bytes an op inside a fusion still costs (its share of the fused kernel).
 FUSED_SHARE = 0.5
 
@@ -162,7 +163,13 @@ class Roofline:
             else:
                 reads = sum(nbytes(view, c) for c in node.children if not _fusible_class(view, c))
             flops = node_flops(node, view)
-            return max(flops / p.vector_flops, (FUSED_SHARE * out_b + reads) / p.bandwidth)
+            fused = max(flops / p.vector_flops, (FUSED_SHARE * out_b + reads) / p.bandwidth)
+            # a slice the program returns is written by a kernel of its own (XLA cannot hand
+            # out part of a product's buffer, nor fold a slice into the GEMM as it does a scale or
+            # an added matrix): a launch, and the whole slice written
+            if name in COPYING_SLICES and node.eclass in view.output_set:
+                return fused + (1 - FUSED_SHARE) * out_b / p.bandwidth + p.launch_s
+            return fused
         in_b = out_b if name in SLICING else sum(nbytes(view, c) for c in node.children)
         flops = node_flops(node, view)
         return max(flops / p.vector_flops, (in_b + out_b) / p.bandwidth) + p.launch_s

@@ -38,10 +38,13 @@ class EGraphView:
     shapes: dict[str, tuple[int, ...]]
     dtypes: dict[str, str]
     outputs: list[str]  # output index -> e-class
+    # classes an inexact rule changed (nonfinite.py; empty unless numerics="default" guards them)
+    touched: frozenset[str] = frozenset()
     # inputs treated like constants: hoisted arguments whose work is done once, off the hot call
     slow: frozenset[int] = frozenset()
     _const: dict[str, bool] = field(default_factory=dict, repr=False)
     _gen: dict[str, bool] = field(default_factory=dict, repr=False)
+    _outputs: frozenset[str] | None = field(default=None, repr=False)
 
     @property
     def n_nodes(self) -> int:
@@ -88,8 +91,14 @@ class EGraphView:
         shapes: dict[str, tuple[int, ...]] = {}
         dtypes: dict[str, str] = {}
         outputs: dict[int, str] = {}
+        touched: set[str] = set()
         for nid, n in rnodes.items():
             op = n["op"]
+            if op == "touched":
+                vnode = next(v for v in by_class[n["eclass"]] if rnodes[v]["op"] != "touched")
+                if value(vnode):
+                    touched.add(rnodes[n["children"][0]]["eclass"])
+                continue
             if op in ("shape", "dtype"):
                 target = rnodes[n["children"][0]]["eclass"]
                 vnode = next(v for v in by_class[n["eclass"]] if rnodes[v]["op"] not in ("shape", "dtype"))
@@ -117,7 +126,15 @@ class EGraphView:
         missing = [c for c in classes if c not in shapes]
         if missing:
             raise ValueError(f"{len(missing)} e-classes have no shape (first: {missing[0]})")
-        return cls(nodes, classes, shapes, dtypes, [outputs[i] for i in sorted(outputs)])
+        return cls(nodes, classes, shapes, dtypes, [outputs[i] for i in sorted(outputs)], frozenset(touched))
+
+    @property
+    def output_set(self) -> frozenset[str]:
+        """The output classes, as a set."""
+        got = self._outputs
+        if got is None:
+            got = self._outputs = frozenset(self.outputs)
+        return got
 
     def is_constant(self, eclass: str) -> bool:
         """True when some node of the class is built from constants and slow inputs only."""
@@ -135,7 +152,9 @@ class EGraphView:
 
     def with_slow(self, slow: frozenset[int]) -> EGraphView:
         """The same e-graph with `slow` inputs treated as constants (for hoisting)."""
-        return EGraphView(self.nodes, self.classes, self.shapes, self.dtypes, self.outputs, frozenset(slow))
+        return EGraphView(
+            self.nodes, self.classes, self.shapes, self.dtypes, self.outputs, self.touched, frozenset(slow)
+        )
 
 
 def _closure(view: EGraphView, holds: Callable[[Node, dict[str, bool]], bool]) -> dict[str, bool]:

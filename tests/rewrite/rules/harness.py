@@ -198,7 +198,7 @@ def optimized(f, args, cost_model: Any = "roofline", extractor: str = "greedy", 
     from jaxrw.rewrite.run import rewrite_jaxpr
 
     closed, leaves = flat_jaxpr(f, args)
-    res = rewrite_jaxpr(closed, profile=CPU, cost_model=cost_model, extractor=extractor, **kw)
+    res = rewrite_jaxpr(closed, **{"profile": CPU, **kw}, cost_model=cost_model, extractor=extractor)
     if res.fn is not None:
         fn = res.fn
     else:
