@@ -6,14 +6,16 @@ Each example is a random program spec (`fuzzgen.programs`): it runs under jax.ji
 - shapes, dtypes and weak types must be equal; integer and boolean results bit-identical;
 - with `numerics="strict"` every result must be bit-identical to jax.jit, except where a rule that
   merges, batches or transposes a dot fired: XLA may then sum that dot in another order
-  (docs/numerics.md), and the float results are held to the default bounds below;
+  (docs/numerics.md), and the float results are held to the default bounds below; the same where
+  hoisting split the program into a prologue and a main program (XLA on CPU vectorizes `tanh`
+  over a [1, 2, 4] array and over its [8] reshape differently: a few ULP);
 - otherwise float results must be finite exactly where jax.jit's are, and their norm-wise error
   against a float64 reference (the same program run with every float widened to float64, and
   rounded where the program converts) may be at most max(BASE[dtype], 10 x jax.jit's own error),
   dtype the least precise float type the program computes in;
-- where the spec puts a NaN or Inf into an input (`options["poison"]`), default results must be
-  finite wherever jax.jit's are (docs/numerics.md: a NaN may become finite after a saturating
-  function, never the reverse); "fast" may differ there (finite-only rules).
+- that holds too where the spec puts a NaN or Inf into an input (`options["poison"]`): a NaN may
+  become ±Inf, but inexact rules leave values that reach a saturating function alone
+  (docs/numerics.md); only "fast" may differ there (finite-only rules).
 
 An exception from `optimize` or from the program it built is a *crash*; a result outside those
 bounds a *mismatch*. The command runs hypothesis, shrinks each failure to a minimal spec, saves
@@ -125,7 +127,8 @@ def _check(spec: dict) -> Outcome:
         gn, wn = np.asarray(g), np.asarray(w)
         if np.array_equal(_bits(gn), _bits(wn)):
             continue
-        if opts.get("numerics") == "strict" and not _reorders(out.rules):
+        split = bool(report and report.hoisted_bytes)  # prologue and main: two XLA programs
+        if opts.get("numerics") == "strict" and not _reorders(out.rules) and not split:
             return _fail(out, f"output {i}: not bit-identical under numerics='strict'")
         if not np.issubdtype(gn.dtype, np.floating) and str(gn.dtype) != "bfloat16":
             return _fail(out, f"output {i} ({gn.dtype}): differs from jax.jit in {np.sum(gn != wn)} elements")
@@ -133,13 +136,11 @@ def _check(spec: dict) -> Outcome:
         poisoned = bool(opts.get("poison"))
         if poisoned and opts.get("numerics") == "fast":
             pass  # finite-only rules may keep a NaN or Inf of an input from spreading
-        elif poisoned and not np.all(fin_g[fin_w]):  # default: NaN may become finite after a
-            return _fail(out, f"output {i}: non-finite where jax.jit is finite (NaN/Inf input)")
-        elif not poisoned and not np.array_equal(fin_g, fin_w):
+        elif not np.array_equal(fin_g, fin_w):
             return _fail(
                 out,
                 f"output {i}: non-finite where jax.jit is finite or the reverse "
-                f"({int(np.sum(fin_g != fin_w))} elements)",
+                f"({int(np.sum(fin_g != fin_w))} elements{', NaN/Inf input' if poisoned else ''})",
             )
         if ref is None:
             ref = reference(spec)

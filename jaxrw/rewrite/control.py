@@ -30,8 +30,9 @@ __all__ = ["make_body_hook", "LOOP_PRIMITIVES"]
 LOOP_PRIMITIVES = frozenset({"scan", "while", "cond"})
 CUSTOM_RULE_PRIMITIVES = frozenset({"custom_jvp_call", "custom_vjp_call"})
 
-# rewrite(closed_body, slow_input_indices) -> RewriteResult (or raises)
-Rewriter = Callable[[Any, frozenset[int]], Any]
+# rewrite(closed_body, slow_input_indices, output_indices_in_cone) -> RewriteResult (or raises);
+# an output in the cone reaches a saturating op outside the body (nonfinite.py)
+Rewriter = Callable[[Any, frozenset[int], frozenset[int]], Any]
 
 
 def _specs(closed: Any) -> list[Any]:
@@ -53,7 +54,8 @@ def _loop_body(eqn: Any, rewrite: Rewriter, body_key: str, first: int, reports: 
     body = p[body_key]
     is_scan = eqn.primitive.name == "scan"
     nc = compat.scan_num_consts(p) if is_scan else p["body_nconsts"]
-    res = rewrite(body, frozenset(range(nc)))
+    # every output may reach a saturating op: a carry feeds the next step, which may apply one
+    res = rewrite(body, frozenset(range(nc)), frozenset(range(len(body.jaxpr.outvars))))
     reports.append(res.report)
     if res.fn is None:
         return None
@@ -87,18 +89,18 @@ def _loop_body(eqn: Any, rewrite: Rewriter, body_key: str, first: int, reports: 
     return run
 
 
-def _rewritten(body: Any, rewrite: Rewriter, reports: list) -> Any:
+def _rewritten(body: Any, rewrite: Rewriter, reports: list, out_cone: frozenset[int]) -> Any:
     """A body (closed jaxpr, no slow inputs) rewritten and retraced, or None where it is kept."""
-    res = rewrite(body, frozenset())
+    res = rewrite(body, frozenset(), out_cone)
     reports.append(res.report)
     return None if res.fn is None else _retrace(res.fn, _specs(body))
 
 
-def _cond(eqn: Any, rewrite: Rewriter, reports: list) -> Any:
+def _cond(eqn: Any, rewrite: Rewriter, reports: list, out_cone: frozenset[int]) -> Any:
     branches = list(eqn.params["branches"])
     changed = False
     for i, br in enumerate(branches):
-        new = _rewritten(br, rewrite, reports)
+        new = _rewritten(br, rewrite, reports, out_cone)
         if new is not None:
             branches[i] = new
             changed = True
@@ -118,7 +120,7 @@ def _has_products(jaxpr: Any) -> bool:
     return False
 
 
-def _region(eqn: Any, rewrite: Rewriter, reports: list, key: str) -> Any:
+def _region(eqn: Any, rewrite: Rewriter, reports: list, key: str, out_cone: frozenset[int]) -> Any:
     """A replacement for an equation whose one body (`params[key]`) was rewritten, or None: the
     primal of a custom_jvp_call/custom_vjp_call, or a checkpoint (remat) region. Bodies without
     products (relu, softmax, gelu and the like: dozens per model) are left as they are: each
@@ -126,7 +128,7 @@ def _region(eqn: Any, rewrite: Rewriter, reports: list, key: str) -> Any:
     body = eqn.params[key]
     closed_given = isinstance(body, jax.extend.core.ClosedJaxpr)
     closed = body if closed_given else jax.extend.core.ClosedJaxpr(body, [])
-    new = _rewritten(closed, rewrite, reports) if _has_products(closed.jaxpr) else None
+    new = _rewritten(closed, rewrite, reports, out_cone) if _has_products(closed.jaxpr) else None
     if new is None:
         return None
     params = {**eqn.params, key: new if closed_given else new.jaxpr}
@@ -134,9 +136,10 @@ def _region(eqn: Any, rewrite: Rewriter, reports: list, key: str) -> Any:
 
 
 def make_body_hook(rewrite: Rewriter, reports: list) -> Callable[[Any], Any]:
-    """The encoder's hook: rewrite the bodies of control-flow equations with `rewrite`."""
+    """The encoder's hook: rewrite the bodies of control-flow equations with `rewrite`.
+    `out_cone`: the equation's outputs that reach a saturating op in the program around it."""
 
-    def hook(eqn: Any) -> Any:
+    def hook(eqn: Any, out_cone: frozenset[int] = frozenset()) -> Any:
         name = eqn.primitive.name
         if name == "scan":
             # scan operands: consts, carry, xs; the consts are loop-invariant
@@ -145,11 +148,11 @@ def make_body_hook(rewrite: Rewriter, reports: list) -> Callable[[Any], Any]:
             # while operands: cond consts, body consts, carry; only the body is rewritten
             return _loop_body(eqn, rewrite, "body_jaxpr", eqn.params["cond_nconsts"], reports)
         if name == "cond":
-            return _cond(eqn, rewrite, reports)
+            return _cond(eqn, rewrite, reports, out_cone)
         if name in CUSTOM_RULE_PRIMITIVES and not eqn.params.get("symbolic_zeros"):
-            return _region(eqn, rewrite, reports, "call_jaxpr")
+            return _region(eqn, rewrite, reports, "call_jaxpr", out_cone)
         if name in compat.REMAT_CALLS:
-            return _region(eqn, rewrite, reports, "jaxpr")
+            return _region(eqn, rewrite, reports, "jaxpr", out_cone)
         return None
 
     return hook

@@ -17,6 +17,7 @@ from egglog import EGraph
 
 from .. import compat
 from ..errors import UnsupportedProgramError
+from . import nonfinite
 from .egg_source import EggSource, Str, Sym, Vec, ivec, ref_of
 from .terms import (
     DEFAULT_CFG,
@@ -146,6 +147,7 @@ class _Encoder:
     def __init__(self, closed: Any):
         self.closed = closed
         self.egraph = new_egraph()
+        self.egraph.register(*nonfinite.facts(UNARY, BINARY))
         self.src = EggSource(self.egraph)  # the terms and facts, as egglog commands (egg_source.py)
         self.consts: list[Any] = []
         self.const_keys: dict[Any, int] = {}
@@ -154,6 +156,7 @@ class _Encoder:
         self.eqns: list[Any] = []
         self.eqn_fns: dict[int, Any] = {}
         self.body_hook: Any = None
+        self.cone: set[Any] = set()  # jaxpr variables that reach a saturating op (nonfinite.py)
         self.n_equations = 0
         self.primitives: dict[str, int] = {}
         self.const_is_arg: list[bool] = []
@@ -263,14 +266,23 @@ class _Encoder:
             if typed is not None:
                 return [typed]
             if name in COVERED:
+                self.saturating_operands(ins)
                 return [self.t(Tensor.op, Str(name), self.param(eqn.primitive, p), Vec(ins))]
+        self.saturating_operands(ins)
         idx = len(self.eqns)
         self.eqns.append(eqn)
         if self.body_hook is not None:
-            replacement = self.body_hook(eqn)
+            out_cone = frozenset(i for i, v in enumerate(eqn.outvars) if v in self.cone)
+            replacement = self.body_hook(eqn, out_cone)
             if replacement is not None:
                 self.eqn_fns[idx] = replacement
         return [self.t(Tensor.opaque, idx, k, Vec(ins)) for k in range(len(eqn.outvars))]
+
+    def saturating_operands(self, ins: list[Sym]) -> None:
+        """Operands of ops the e-graph does not model may meet a saturating function there: they
+        are in the cone (nonfinite.py; the rules cannot index a Vec of operands)."""
+        for t in ins:
+            self.src.set(nonfinite.cone, t, to=1)
 
     def structural(self, eqn: Any, ins: list[Sym]) -> Sym | None:
         """Typed dot/transpose/concat/slice/sum where the parameters fit the typed form."""
@@ -383,14 +395,18 @@ def _freeze(x: Any) -> Any:
     return x
 
 
-def encode(closed: Any, body_hook: Any = None) -> Program:
+def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = frozenset()) -> Program:
     """Load a ClosedJaxpr into a fresh e-graph; raise UnsupportedProgramError for effects.
-    `body_hook(eqn)` may supply a replacement for an opaque equation (see control.py)."""
+    `body_hook(eqn, out_cone)` may supply a replacement for an opaque equation (see control.py);
+    `out_cone` says which of its outputs reach a saturating op (nonfinite.py), as `cone_outputs`
+    says of this program's outputs where it is a body itself."""
     if closed.effects:
         names = sorted({type(e).__name__ for e in closed.effects})
         raise UnsupportedProgramError(f"programs with side effects are not rewritten (effects: {names})")
     enc = _Encoder(closed)
     enc.body_hook = body_hook
+    if body_hook is not None:  # the bodies are rewritten before this program's e-graph exists
+        enc.cone = nonfinite.jaxpr_cone(closed.jaxpr, cone_outputs, _inlined_body)
     args = []
     for i, v in enumerate(closed.jaxpr.invars):
         t = enc.t(Tensor.var, i)
@@ -400,6 +416,8 @@ def encode(closed: Any, body_hook: Any = None) -> Program:
     outs = enc.run(closed.jaxpr, consts, args)
     for i, t in enumerate(outs):
         enc.src.add(enc.t(Out.of, i, t))
+        if i in cone_outputs:
+            enc.src.set(nonfinite.cone, t, to=1)
     enc.src.set(cfg_dtype, DEFAULT_CFG, to=Str(""))
     enc.src.flush()
     eg = enc.egraph
@@ -417,6 +435,10 @@ def encode(closed: Any, body_hook: Any = None) -> Program:
         eqn_fns=enc.eqn_fns,
         symbols=frozenset({*enc.src.refs, ref_of(float_dtype)}),  # float_dtype: new_egraph's rows
     )
+
+
+def _inlined_body(eqn: Any) -> Any:
+    return compat.call_body(eqn) if eqn.primitive.name in compat.ENCODER_INLINED else None
 
 
 def count_equations(jaxpr: Any) -> int:

@@ -22,6 +22,7 @@ from .decode import decode
 from .encode import Program, count_equations, encode
 from .extract import Extraction, dag_cost, get_extractor, node_costs
 from .graph import EGraphView
+from .nonfinite import cone, exact_dtype, saturating_name, touched, unsafe_classes
 from .profiles import Profile
 from .reach import analysis_rules, can_fire
 from .rules import Rule, select_rules
@@ -88,6 +89,7 @@ class RewriteReport:
     hoisted_bytes: int = 0  # size of the values kept between calls for hoisted arguments
     bodies: list[RewriteReport] = field(default_factory=list)  # control-flow bodies, recursively
     hoist_note: str = ""
+    nonfinite_note: str = ""  # why numerics="default" fell back to exact rules (nonfinite.py)
 
     @property
     def predicted_speedup(self) -> float:
@@ -118,6 +120,7 @@ class RewriteReport:
                 else []
             )
             + ([("hoisting", self.hoist_note)] if self.hoist_note else [])
+            + ([("non-finite", self.nonfinite_note)] if self.nonfinite_note else [])
             + ([("bodies", _bodies_row(self.bodies))] if self.bodies else [])
         )
 
@@ -145,6 +148,7 @@ class RewriteReport:
             "autotune": self.autotune,
             "hoisted_bytes": self.hoisted_bytes,
             "hoist_note": self.hoist_note,
+            "nonfinite_note": self.nonfinite_note,
             "bodies": [b.to_dict() for b in self.bodies],
         }
 
@@ -171,8 +175,11 @@ def _stage(name: str, fn: Callable, *args: Any, **kw: Any) -> Any:
         raise RewriteStageError(name, e) from e
 
 
-def saturate(program: Program, rules: Sequence[Rule], limits: Limits, report: RewriteReport) -> None:
-    """Run `rules` (with the shape analysis) until saturation or a limit; fill the report."""
+def saturate(
+    program: Program, rules: Sequence[Rule], limits: Limits, report: RewriteReport, guarded: bool = False
+) -> None:
+    """Run `rules` (with the shape analysis) until saturation or a limit; fill the report.
+    `guarded`: inexact rules leave values that reach a saturating op alone (nonfinite.py)."""
     eg = program.egraph
     eg.run(analysis.saturate())
     if not rules:
@@ -183,7 +190,7 @@ def saturate(program: Program, rules: Sequence[Rule], limits: Limits, report: Re
     decl_names, is_late = {}, {}
     rewrites = []
     for r in rules:
-        for rw in r.rewrites():
+        for rw in r.rewrites(guarded):
             decl_names[rw.decl] = r.name
             is_late[rw.decl] = r.late
             rewrites.append(rw)
@@ -210,6 +217,9 @@ def _count_fired(rep: Any, decl_names: dict[Any, str], report: RewriteReport) ->
             report.rules_fired[name] = report.rules_fired.get(name, 0) + n
 
 
+_BOOKKEEPING = (cone, touched, saturating_name, exact_dtype)  # marks, not e-nodes: not in limits.nodes
+
+
 def _run_main(
     eg: Any, rs: Any, decl_names: dict[Any, str], limits: Limits, report: RewriteReport, t0: float
 ) -> None:
@@ -223,7 +233,7 @@ def _run_main(
         if not rep.updated:
             report.stop_reason = StopReason.SATURATED
             break
-        size = sum(n for _, n in eg.all_function_sizes())
+        size = sum(n for f, n in eg.all_function_sizes() if f not in _BOOKKEEPING)
         if size > limits.nodes:
             report.stop_reason = StopReason.NODE_LIMIT
             break
@@ -247,19 +257,22 @@ def rewrite_jaxpr(
     slow: frozenset[int] = frozenset(),
     max_hoist_bytes: int = DEFAULT_MAX_HOIST_BYTES,
     control_flow: bool = True,
+    cone_outputs: frozenset[int] = frozenset(),
     _note: str = "",
+    _exact_note: str = "",
 ) -> RewriteResult:
     """Optimize one ClosedJaxpr. `force=True` skips the guard (for tests and measured top-k).
 
     `slow` names flat inputs whose work is hoisted out of the hot call: the cost model prices it
     as free and the decoded function carries the prologue/main split (`fn.hoisted`). Past
     `max_hoist_bytes` of hoisted values, nothing is hoisted and the report says why.
-    `control_flow` rewrites the bodies of scan/while/cond too (recursively, see control.py)."""
+    `control_flow` rewrites the bodies of scan/while/cond too (recursively, see control.py).
+    `cone_outputs`: outputs that reach a saturating op outside (a body's; nonfinite.py)."""
     limits = limits or Limits()
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
-    report = RewriteReport(cost_model=model.name, hoist_note=_note)
+    report = RewriteReport(cost_model=model.name, hoist_note=_note, nonfinite_note=_exact_note)
     n_eqns = count_equations(closed.jaxpr)
     kept = None  # why the program is kept as written without being encoded
     if n_eqns > limits.equations:
@@ -288,11 +301,11 @@ def rewrite_jaxpr(
     if control_flow:
         from .control import make_body_hook
 
-        def rewrite_body(body: Any, body_slow: frozenset[int]) -> RewriteResult:
-            return rewrite_jaxpr(body, **same, slow=body_slow)
+        def rewrite_body(body: Any, body_slow: frozenset[int], body_cone: frozenset[int]) -> RewriteResult:
+            return rewrite_jaxpr(body, **same, slow=body_slow, cone_outputs=body_cone)
 
         hook = make_body_hook(rewrite_body, report.bodies)
-    program = _stage("encode", encode, closed, hook)
+    program = _stage("encode", encode, closed, hook, cone_outputs)
     report.n_equations, report.n_outputs = program.n_equations, len(program.outputs)
     report.phase_s["encode"] = time.perf_counter() - t
     log.debug("encode: %s in %.1f ms", program.describe(), report.phase_s["encode"] * 1e3)
@@ -300,7 +313,7 @@ def rewrite_jaxpr(
     t = time.perf_counter()
     _stage("rewrite", lambda: program.egraph.run(analysis.saturate()))
     before = _stage("rewrite", EGraphView.from_egraph, program.egraph)
-    _stage("rewrite", saturate, program, chosen, limits, report)
+    _stage("rewrite", saturate, program, chosen, limits, report, numerics == "default")
     report.phase_s["rewrite"] = time.perf_counter() - t
     log.debug(
         "rewrite: %d rules, %d iterations, stop: %s, fired %s in %.1f ms",
@@ -313,6 +326,21 @@ def rewrite_jaxpr(
 
     t = time.perf_counter()
     view = _stage("extract", EGraphView.from_egraph, program.egraph).with_slow(slow)
+    in_cone = [view.outputs[i] for i in cone_outputs]
+    unsafe = _stage("extract", unsafe_classes, view, in_cone) if numerics == "default" else set()
+    if unsafe:  # a class changed by an inexact rule joined a saturating op's cone after the change
+        note = f"{len(unsafe)} values changed by inexact rules reach a saturating op: exact rules only"
+        log.debug("non-finite guard: %s", note)
+        redo = {**same, "numerics": "strict"}
+        return rewrite_jaxpr(
+            closed,
+            **redo,
+            slow=slow,
+            force=force,
+            control_flow=control_flow,
+            cone_outputs=cone_outputs,
+            _exact_note=note,
+        )
     report.egraph_nodes, report.egraph_classes = view.n_nodes, view.n_classes
     costs = _stage("extract", node_costs, view, model)
     ex = _stage("extract", extract_fn, view, costs)
@@ -349,7 +377,14 @@ def rewrite_jaxpr(
     if hoisted is not None and hoisted.nbytes > max_hoist_bytes:
         report.hoist_note = f"not hoisted: {hoisted.nbytes} bytes > max_hoist_bytes {max_hoist_bytes}"
         report.phase_s["decode"] = time.perf_counter() - t
-        return rewrite_jaxpr(closed, **same, force=force, control_flow=control_flow, _note=report.hoist_note)
+        return rewrite_jaxpr(
+            closed,
+            **same,
+            force=force,
+            control_flow=control_flow,
+            cone_outputs=cone_outputs,
+            _note=report.hoist_note,
+        )
     report.hoisted_bytes = hoisted.nbytes if hoisted is not None else 0
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True

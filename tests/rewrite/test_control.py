@@ -134,11 +134,13 @@ def test_nasrnn_cell_in_a_scan_merges_its_eight_shared_input_products_per_step()
 
 def _custom_pair():
     """The same chain under custom_jvp and custom_vjp, each with a derivative rule that is not the
-    derivative of the chain (so a gradient shows which one jax used)."""
+    derivative of the chain (so a gradient shows which one jax used). The chain ends in sin, not
+    a saturating function such as tanh: default numerics leaves a chain that reaches one as
+    written (rewrite/nonfinite.py)."""
 
     @jax.custom_jvp
     def f(x, a, b):
-        return jnp.tanh((x @ a) @ b)
+        return jnp.sin((x @ a) @ b)
 
     @f.defjvp
     def f_jvp(primals, tangents):
@@ -146,7 +148,7 @@ def _custom_pair():
 
     @jax.custom_vjp
     def g(x, a, b):
-        return jnp.tanh((x @ a) @ b)
+        return jnp.sin((x @ a) @ b)
 
     g.defvjp(lambda x, a, b: (g(x, a, b), None), lambda _, ct: (2.0 * ct, None, None))
     return f, g
@@ -173,9 +175,10 @@ def test_custom_jvp_and_vjp_primals_are_rewritten_and_their_rules_kept():
 
 def test_checkpoint_region_is_rewritten_and_stays_a_region():
     # jax.checkpoint marks activations to recompute under jax.grad: the optimized program keeps the
-    # region (its body rewritten on its own) instead of inlining it, which would save them instead
+    # region (its body rewritten on its own) instead of inlining it, which would save them instead.
+    # sin, not tanh: default numerics does not reassociate a chain that reaches tanh (nonfinite.py)
     def block(x, a, b):
-        return jnp.tanh((x @ a) @ b)
+        return jnp.sin((x @ a) @ b)
 
     def loss(x, a, b):
         return jax.checkpoint(block)(x, a, b).sum()
@@ -188,3 +191,41 @@ def test_checkpoint_region_is_rewritten_and_stays_a_region():
     assert "remat" in grad_jaxpr or "checkpoint" in grad_jaxpr
     np.testing.assert_allclose(jax.grad(opt)(x, a, b), jax.grad(loss)(x, a, b), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(float(opt(x, a, b)), float(loss(x, a, b)), rtol=1e-4)
+
+
+def test_a_region_whose_output_reaches_tanh_outside_is_not_reassociated():
+    """The body of a custom_jvp is rewritten before the program around it: the encoder tells it
+    which outputs reach a saturating op outside (rewrite/nonfinite.py), and default numerics then
+    leaves the chain as written there; "fast" reassociates it."""
+    f, _ = _custom_pair()
+    x, a, b = _r(0, 256, 8), _r(1, 8, 256), _r(2, 256, 8)
+
+    def outside(x, a, b):
+        return jnp.tanh(f(x, a, b)).sum()
+
+    def assoc_fired(rep):
+        return any(k.startswith("dot.assoc") for body in rep.bodies for k in body.rules_fired)
+
+    assert not assoc_fired(jaxrw.optimize(outside).report(x, a, b))
+    assert assoc_fired(jaxrw.optimize(outside, numerics="fast").report(x, a, b))
+    assert assoc_fired(jaxrw.optimize(lambda x, a, b: f(x, a, b).sum()).report(x, a, b))
+
+
+def test_jaxpr_cone_follows_inlined_calls_and_saturating_operands():
+    from jaxrw.rewrite.encode import _inlined_body
+    from jaxrw.rewrite.nonfinite import jaxpr_cone
+
+    @jax.jit
+    def inner(p, q):
+        return p @ q, p * 2.0
+
+    def f(x, y, z, w):
+        s, t = inner(x, y)
+        return jnp.tanh(s), t + z, w / z
+
+    closed = jax.make_jaxpr(f)(*(jnp.ones((2, 2)),) * 4)
+    x, y, z, w = closed.jaxpr.invars
+    cone = jaxpr_cone(closed.jaxpr, (), _inlined_body)
+    assert {x, y, z} <= cone and w not in cone  # x, y reach tanh through the call; z divides
+    cone_out = jaxpr_cone(closed.jaxpr, (2,), _inlined_body)
+    assert w in cone_out  # w / z is an output that reaches a saturating op outside

@@ -32,26 +32,40 @@ class Rule:
     # True: holds only for finite operands (A@0 -> 0 is NaN, not 0, where A holds an inf): such a
     # rule could turn a NaN or Inf result finite, so only numerics="fast" uses it
     finite_only: bool = False
+    # True (inexact rules only): keeps every NaN and Inf where it was (_util.NONFINITE_SAFE), so
+    # numerics="default" does not keep it away from saturating functions (nonfinite.py)
+    nonfinite_safe: bool = False
     # True: runs once after the main saturation (run.py), so what it adds is never matched by the
     # other rules; for rules whose results would otherwise feed the merges without end
     late: bool = False
 
-    def rewrites(self) -> list[Any]:
-        cached = _BUILT.get(self.name)
+    def rewrites(self, guarded: bool = False) -> list[Any]:
+        """The egglog rewrites. `guarded`: an inexact rule fires only on values that reach no
+        saturating op (numerics="default"; nonfinite.py); exact rules are the same either way."""
+        guarded = guarded and not (self.exact or self.nonfinite_safe)
+        cached = _BUILT.get((self.name, guarded))
         if cached is None:
-            cached = _BUILT[self.name] = list(self.build())
+            if guarded:
+                from ..nonfinite import guard
+
+                cached = [guard(rw) for rw in self.rewrites()]
+            else:
+                cached = list(self.build())
+            _BUILT[(self.name, guarded)] = cached
         return cached
 
 
 RULES: dict[str, Rule] = {}
-_BUILT: dict[str, list[Any]] = {}
+_BUILT: dict[tuple[str, bool], list[Any]] = {}
 
 
 def register_rule(rule: Rule) -> Rule:
-    from ._util import FAST_ONLY  # the families' list of finite-only rules
+    from ._util import FAST_ONLY, NONFINITE_SAFE  # the families' lists
 
     if rule.name in FAST_ONLY and not rule.finite_only:
         rule = replace(rule, finite_only=True)
+    if rule.name in NONFINITE_SAFE and not rule.nonfinite_safe:
+        rule = replace(rule, nonfinite_safe=True)
     if rule.name in RULES and RULES[rule.name] != rule:
         raise ValueError(f"rule name {rule.name!r} is already registered")
     RULES[rule.name] = rule

@@ -7,7 +7,7 @@ from egglog import String, Vec, eq, i64, vars_
 
 from ..terms import Tensor, dtype, shape
 
-__all__ = ["rand", "sizes", "same_dtype", "rank", "FLOAT", "RING", "V", "FAST_ONLY"]
+__all__ = ["rand", "sizes", "same_dtype", "rank", "FLOAT", "RING", "V", "FAST_ONLY", "NONFINITE_SAFE"]
 
 # Dtypes an example is checked in: FLOAT for rules exact only over the reals or in floating point,
 # RING for rules that also hold in integer arithmetic with wrap-around (rings Z/2^n): sums and
@@ -31,6 +31,24 @@ FAST_ONLY = frozenset(
         "reduce.diag_dot_eye",
         "structured.select_eye",
         "structured.diag_sides",
+    }
+)
+
+
+# Inexact rules that still keep every NaN and Inf where it was: inexact only through the sign of
+# a zero (a + 0 -> a, -(A@B)), the accumulation type of a dot, or the order of one sum of the same
+# products (a sum's non-finite result, NaN or which Inf, does not depend on its order). The
+# others distribute a product over a sum (factoring, reassociating a chain, moving a scale),
+# which changes which products are formed and can swap NaN and Inf: numerics="default" keeps
+# those away from values that reach a saturating function (nonfinite.py).
+NONFINITE_SAFE = frozenset(
+    {
+        "elementwise.add_zero",
+        "dot.neg_out",
+        "dot.adopt_cfg",
+        "reduce.split_sum",
+        "reduce.diag_dot",
+        "reduce.weighted_sum",
     }
 )
 

@@ -4,12 +4,15 @@ New rules are checked automatically: this file is parametrized over the registry
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
+from jaxrw.rewrite.decode import decode
 from jaxrw.rewrite.rules import RULES, select_rules
+from jaxrw.rewrite.rules._util import NONFINITE_SAFE
 
-from .harness import check_choices, reference, run_rules
+from .harness import alternatives, check_choices, reference, run_rules
 
 select_rules(None)  # load every family
 # Rules that only match terms other rules create run with those rules.
@@ -52,3 +55,64 @@ def test_fast_only_rules_are_inexact_and_registered():
 
     assert FAST_ONLY <= set(RULES)
     assert not any(RULES[n].exact for n in FAST_ONLY)
+
+
+def _every_choice(sat, limit: int = 60):
+    """The greedy program and one program per other node of every class it builds."""
+    from jaxrw.rewrite.extract import reachable
+
+    programs, base = alternatives(sat, 1)
+    for c in reachable(sat.view, base, sat.view.outputs):
+        for nid in sat.view.classes[c]:
+            if nid != base[c] and len(programs) < limit:
+                choice = {**base, c: nid}
+                try:
+                    reachable(sat.view, choice, sat.view.outputs)
+                except (ValueError, KeyError):  # a cycle, or a class greedy did not price
+                    continue
+                programs.append(choice)
+    return programs
+
+
+def _finiteness_of_every_choice(sat, leaves):
+    return [
+        [np.isnan(np.asarray(o)) * 1 + np.isinf(np.asarray(o)) * 2 for o in jax.jit(decoded)(*leaves)]
+        for decoded in (decode(sat.program, sat.view, c, sat.original) for c in _every_choice(sat))
+    ]
+
+
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("name", sorted(NONFINITE_SAFE))
+def test_nonfinite_safe_rules_keep_every_nan_and_inf_in_place(name, poison):
+    """The rules numerics="default" does not guard (rewrite/nonfinite.py): with a NaN or an Inf in
+    each input, every program the e-graph holds has NaN and Inf exactly where jax.jit has them."""
+    rule = RULES[name]
+    assert not rule.exact and rule.nonfinite_safe
+    rng = np.random.default_rng(5)
+    fn, args = rule.example(rng, "float32")
+    sat = run_rules(fn, args, [name, *PREREQUISITES.get(name, [])])
+    assert sat.report.rules_fired.get(name, 0) > 0
+    leaves = []
+    for x in sat.leaves:
+        x = np.array(x)
+        if x.dtype.kind == "f" and x.size:
+            x[tuple(rng.integers(0, s) for s in x.shape)] = poison
+        leaves.append(x)
+    treedef = jax.tree_util.tree_structure(args)
+    flat = jax.jit(lambda *xs: jax.tree_util.tree_leaves(fn(*jax.tree_util.tree_unflatten(treedef, xs))))
+    want = [np.isnan(np.asarray(w)) * 1 + np.isinf(np.asarray(w)) * 2 for w in flat(*leaves)]
+    for got in _finiteness_of_every_choice(sat, leaves):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_factoring_can_swap_nan_and_inf_so_default_numerics_guards_it():
+    """Negative: a@b + a@c with an Inf in a and products of opposite signs is NaN where the
+    factored a@(b + c) is +-Inf. So dot.factor_left is not NONFINITE_SAFE."""
+    assert "dot.factor_left" not in NONFINITE_SAFE
+    a = np.array([[np.inf, 1.0]], np.float32)
+    b = np.array([[2.0], [1.0]], np.float32)
+    c = np.array([[-1.0], [1.0]], np.float32)
+    sat = run_rules(lambda a, b, c: a @ b + a @ c, (a, b, c), ["dot.factor_left"])
+    kinds = {tuple(np.ravel(k[0])) for k in _finiteness_of_every_choice(sat, [a, b, c])}
+    assert kinds == {(1,), (2,)}  # NaN as written, Inf factored
