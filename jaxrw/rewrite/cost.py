@@ -150,6 +150,8 @@ class Roofline:
             made = [nbytes(view, c) for c in set(node.children) if view.is_generated(c, FUSIBLE)]
             extra = sum(made) / p.bandwidth + p.launch_s * len(made)
             return max(flops / rate, moved / p.bandwidth) + p.launch_s + extra
+        if p.kind == "cuda" and _scales_a_product(view, node):
+            return 0.0  # XLA's GEMM rewriter applies the scale as cuBLAS's alpha
         name = op_name(node)
         if view.is_generated(node.eclass, FUSIBLE) and (
             node.op == "iota" or all(view.is_generated(c, FUSIBLE) for c in node.children)
@@ -173,6 +175,30 @@ class Roofline:
         in_b = out_b if name in SLICING else sum(nbytes(view, c) for c in node.children)
         flops = node_flops(node, view)
         return max(flops / p.vector_flops, (in_b + out_b) / p.bandwidth) + p.launch_s
+
+
+def _scalar_like(view: EGraphView, eclass: str) -> bool:
+    """A rank-0 value, or a broadcast of one."""
+    if not view.shapes.get(eclass):
+        return True
+    return any(
+        view.nodes[n].op == "broadcast_in_dim" and not view.shapes.get(view.nodes[n].children[0])
+        for n in view.classes.get(eclass, ())
+    )
+
+
+def _has_dot(view: EGraphView, eclass: str) -> bool:
+    return any(view.nodes[n].op == "dot" for n in view.classes.get(eclass, ()))
+
+
+def _scales_a_product(view: EGraphView, node: Node) -> bool:
+    """s·(A@B), (A@B)·s or (A@B)/s with a scalar s."""
+    if node.op == "mul" and len(node.children) == 2:
+        a, b = node.children
+        return (_has_dot(view, a) and _scalar_like(view, b)) or (_has_dot(view, b) and _scalar_like(view, a))
+    if node.op == "div" and len(node.children) == 2:
+        return _has_dot(view, node.children[0]) and _scalar_like(view, node.children[1])
+    return False
 
 
 def _fusible_class(view: EGraphView, eclass: str) -> bool:
