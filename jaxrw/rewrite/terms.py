@@ -228,8 +228,9 @@ is_eye = relation("is_eye", Tensor)  # t is an identity matrix (of a numeric dty
 positive = relation("positive", Tensor)  # t > 0 elementwise (in real arithmetic)
 nonneg = relation("nonneg", Tensor)  # t >= 0 elementwise (in real arithmetic)
 float_dtype = relation("float_dtype", String)  # the floating-point dtype names
-# t is built from lower-rank data: a broadcast, a product of such (an outer product), a constant
-# fill or an identity (products with it are cheap: what distributing a product over a sum needs)
+# t is built from lower-rank data: a broadcast, a product of such (an outer product), a low-rank
+# product, a constant fill or an identity (products with it are cheap: what distributing a
+# product over a sum needs)
 structured = relation("structured", Tensor)
 # plain_cfg(cfg, d): dots of dtype d under this configuration compute what DEFAULT_CFG computes
 # (no precision override, output in the operand dtype); set by the encoder
@@ -470,6 +471,17 @@ def _value_facts():
     yield rule(eq(_f).to(fill(_t))).then(structured(_t))
     yield rule(is_eye(_t)).then(structured(_t))
     yield rule(eq(_t).to(Tensor.mul(_a, _b)), structured(_a), structured(_b)).then(structured(_t))
+    # a low-rank product (a LoRA update A@B): contracted over at most a quarter of either side
+    for lc, rc in ((1, 0), (0, 0), (1, 1), (0, 1)):
+        yield rule(
+            eq(_t).to(Tensor.dot(_a, _b, 0, lc, rc, _cfg)),
+            eq(_sa).to(shape(_a)),
+            eq(_sb).to(shape(_b)),
+            eq(_sa.length()).to(i64(2)),
+            eq(_sb.length()).to(i64(2)),
+            _sa[lc] * 4 <= _sa[1 - lc],
+            _sa[lc] * 4 <= _sb[1 - rc],
+        ).then(structured(_t))
     # positivity in real arithmetic (domain side conditions of exp/log/sqrt rules)
     yield rule(eq(_t).to(Tensor.unary("exp", _a))).then(positive(_t))
     yield rule(eq(_f).to(fill(_t)), _f > f64(0.0)).then(positive(_t))
