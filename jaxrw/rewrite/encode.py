@@ -156,7 +156,8 @@ class _Encoder:
         self.eqns: list[Any] = []
         self.eqn_fns: dict[int, Any] = {}
         self.body_hook: Any = None
-        self.cone: set[Any] = set()  # jaxpr variables that reach a saturating op (nonfinite.py)
+        self.cone_outputs: frozenset[int] = frozenset()  # outputs that reach a saturating op outside
+        self._cone: set[Any] | None = None  # jaxpr variables that do (nonfinite.py), when first asked
         self.n_equations = 0
         self.primitives: dict[str, int] = {}
         self.const_is_arg: list[bool] = []
@@ -272,11 +273,18 @@ class _Encoder:
         idx = len(self.eqns)
         self.eqns.append(eqn)
         if self.body_hook is not None:
-            out_cone = frozenset(i for i, v in enumerate(eqn.outvars) if v in self.cone)
-            replacement = self.body_hook(eqn, out_cone)
+            replacement = self.body_hook(eqn, self.out_cone(eqn))
             if replacement is not None:
                 self.eqn_fns[idx] = replacement
         return [self.t(Tensor.opaque, idx, k, Vec(ins)) for k in range(len(eqn.outvars))]
+
+    def out_cone(self, eqn: Any) -> frozenset[int]:
+        """Which outputs of `eqn` reach a saturating op. The cone of the whole jaxpr is computed
+        the first time a body asks (control-flow bodies are rewritten before this program's
+        e-graph exists); programs without control flow never pay for it."""
+        if self._cone is None:
+            self._cone = nonfinite.jaxpr_cone(self.closed.jaxpr, self.cone_outputs, _inlined_body)
+        return frozenset(i for i, v in enumerate(eqn.outvars) if v in self._cone)
 
     def saturating_operands(self, ins: list[Sym]) -> None:
         """Operands of ops the e-graph does not model may meet a saturating function there: they
@@ -405,8 +413,7 @@ def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = fr
         raise UnsupportedProgramError(f"programs with side effects are not rewritten (effects: {names})")
     enc = _Encoder(closed)
     enc.body_hook = body_hook
-    if body_hook is not None:  # the bodies are rewritten before this program's e-graph exists
-        enc.cone = nonfinite.jaxpr_cone(closed.jaxpr, cone_outputs, _inlined_body)
+    enc.cone_outputs = cone_outputs
     args = []
     for i, v in enumerate(closed.jaxpr.invars):
         t = enc.t(Tensor.var, i)

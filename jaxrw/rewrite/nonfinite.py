@@ -25,6 +25,7 @@ from egglog import Action, Fact, String, Vec, eq, function, i64, relation, rule,
 from egglog import declarations as decl
 from egglog.runtime import RuntimeExpr
 
+from .. import compat
 from .terms import Tensor, analysis, dtype
 
 __all__ = ["cone", "touched", "guard", "unsafe_classes", "saturating_children", "facts", "STACK_RULES_UP_TO"]
@@ -81,7 +82,7 @@ def saturating_children(op: str, attrs: tuple, children: tuple[str, ...]) -> tup
 
 _t, _a, _b, _c = vars_("t a b c", Tensor)
 _n, _d = vars_("n d", String)
-_k, _l, _r, _q, _cf = vars_("k l r q cf", i64)
+_k, _l, _r, _cf = vars_("k l r cf", i64)
 _s1, _s2 = vars_("s1 s2", Vec[i64])
 (_v,) = vars_("v", Vec[Tensor])
 _ONE, _ZERO = i64(1), i64(0)
@@ -210,7 +211,7 @@ def jaxpr_cone(jaxpr: Any, out_cone: Iterable[int], inlined: Any = None) -> set[
     values flow into a saturating op, given which outputs (`out_cone`, by index) do outside."""
     cone: set[Any] = set()
     outs = jaxpr.outvars
-    cone.update(outs[i] for i in out_cone if not _is_literal(outs[i]))
+    cone.update(outs[i] for i in out_cone if not compat.is_literal(outs[i]))
     for eqn in reversed(jaxpr.eqns):
         body = inlined(eqn) if inlined is not None else None
         if body is not None:
@@ -222,11 +223,5 @@ def jaxpr_cone(jaxpr: Any, out_cone: Iterable[int], inlined: Any = None) -> set[
             reached = list(eqn.invars)
         else:
             reached = _saturated_operands(eqn)
-        cone.update(v for v in reached if not _is_literal(v))
+        cone.update(v for v in reached if not compat.is_literal(v))
     return cone
-
-
-def _is_literal(v: Any) -> bool:
-    from .. import compat
-
-    return compat.is_literal(v)

@@ -8,6 +8,7 @@ extractor ran and the time of each phase.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -298,6 +299,10 @@ def rewrite_jaxpr(
         numerics=numerics,
         max_hoist_bytes=max_hoist_bytes,
     )
+    # the same program again, with other options (exact rules only, or nothing hoisted)
+    again = functools.partial(
+        rewrite_jaxpr, closed, force=force, control_flow=control_flow, cone_outputs=cone_outputs
+    )
     if control_flow:
         from .control import make_body_hook
 
@@ -331,16 +336,7 @@ def rewrite_jaxpr(
     if unsafe:  # a class changed by an inexact rule joined a saturating op's cone after the change
         note = f"{len(unsafe)} values changed by inexact rules reach a saturating op: exact rules only"
         log.debug("non-finite guard: %s", note)
-        redo = {**same, "numerics": "strict"}
-        return rewrite_jaxpr(
-            closed,
-            **redo,
-            slow=slow,
-            force=force,
-            control_flow=control_flow,
-            cone_outputs=cone_outputs,
-            _exact_note=note,
-        )
+        return again(**{**same, "numerics": "strict"}, slow=slow, _exact_note=note)
     report.egraph_nodes, report.egraph_classes = view.n_nodes, view.n_classes
     costs = _stage("extract", node_costs, view, model)
     ex = _stage("extract", extract_fn, view, costs)
@@ -377,14 +373,7 @@ def rewrite_jaxpr(
     if hoisted is not None and hoisted.nbytes > max_hoist_bytes:
         report.hoist_note = f"not hoisted: {hoisted.nbytes} bytes > max_hoist_bytes {max_hoist_bytes}"
         report.phase_s["decode"] = time.perf_counter() - t
-        return rewrite_jaxpr(
-            closed,
-            **same,
-            force=force,
-            control_flow=control_flow,
-            cone_outputs=cone_outputs,
-            _note=report.hoist_note,
-        )
+        return again(**same, _note=report.hoist_note)
     report.hoisted_bytes = hoisted.nbytes if hoisted is not None else 0
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True
