@@ -131,6 +131,12 @@ class Roofline:
     def __init__(self, profile: Profile):
         self.profile = profile
 
+    def gemm(self, batch: int, m: int, n: int, k: int, dtype: str, moved: float) -> float:
+        """One GEMM kernel: compute- or bandwidth-bound, whichever is slower, plus its launch."""
+        p = self.profile
+        rate = p.matmul_rate(dtype) * p.efficiency(m, n, k)
+        return max(2.0 * batch * m * n * k / rate, moved / p.bandwidth) + p.launch_s
+
     def node_cost(self, node: Node, view: EGraphView) -> float:
         p = self.profile
         if node.op in ("var", "const"):
@@ -143,13 +149,11 @@ class Roofline:
         if node.op == "dot":
             batch, m, n, k = dot_dims(node, view)
             dt = view.dtypes.get(node.children[0], "float32")
-            rate = p.matmul_rate(dt) * p.efficiency(m, n, k)
-            flops = 2.0 * batch * m * n * k
             moved = nbytes(view, node.children[0]) + nbytes(view, node.children[1]) + out_b
             # an operand generated from indices (an identity matrix) is materialized for the GEMM
             made = [nbytes(view, c) for c in set(node.children) if view.is_generated(c, FUSIBLE)]
             extra = sum(made) / p.bandwidth + p.launch_s * len(made)
-            return max(flops / rate, moved / p.bandwidth) + p.launch_s + extra
+            return self.gemm(batch, m, n, k, dt, moved) + extra
         if p.kind == "cuda" and _scales_a_product(view, node):
             return 0.0  # XLA's GEMM rewriter applies the scale as cuBLAS's alpha
         name = op_name(node)

@@ -21,13 +21,14 @@ from ..errors import Interrupt, InvalidOptionError, JaxrwError, RewriteStageErro
 from .cost import CostModel, get_cost_model
 from .decode import decode
 from .encode import Program, count_equations, encode
-from .extract import Extraction, dag_cost, get_extractor, node_costs
+from .extract import Extraction, get_extractor, node_costs
 from .graph import EGraphView
 from .nonfinite import cone, exact_dtype, saturating_name, touched, unsafe_classes
 from .profiles import Profile
 from .reach import analysis_rules, can_fire
 from .rules import Rule, select_rules
 from .terms import analysis
+from .xla_passes import program_cost
 
 log = logging.getLogger("jaxrw")
 
@@ -341,9 +342,10 @@ def rewrite_jaxpr(
     costs = _stage("extract", node_costs, view, model)
     ex = _stage("extract", extract_fn, view, costs)
     report.extractor, report.extractor_note = ex.extractor, ex.note
-    report.cost_after = ex.cost
+    # what XLA does next (its dot merger on a GPU) counts for both programs
+    report.cost_after = _stage("extract", program_cost, view, ex.choice, costs, model)
     before_costs = _stage("extract", node_costs, before, model)
-    report.cost_before = dag_cost(before, _only_choice(before), before_costs)
+    report.cost_before = _stage("extract", program_cost, before, _only_choice(before), before_costs, model)
     report.phase_s["extract"] = time.perf_counter() - t
     log.debug(
         "extract: %d nodes, %d classes, %s, cost %.3g -> %.3g in %.1f ms",
