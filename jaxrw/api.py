@@ -403,14 +403,20 @@ class Optimized:
         if hoisted is not None:
             call = HoistedCall(hoisted, donate)  # prologue and main run under XLA's schedule
         else:
-            from .schedule import ScheduleUnavailableError, schedule_selection
+            from .schedule import ScheduleUnavailableError, python_path_overhead_s, schedule_selection
 
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
             # under a trace (an outer jit/grad/vmap) nothing can be timed: XLA's schedule
             mode = "xla" if self.schedule == "auto" and any(map(compat.is_tracer, leaves)) else self.schedule
             try:
                 chosen = schedule_selection(
-                    mode, fn, specs, donate, profile, memory_slack=self.schedule_memory_slack
+                    mode,
+                    fn,
+                    specs,
+                    donate,
+                    profile,
+                    memory_slack=self.schedule_memory_slack,
+                    call_overhead=python_path_overhead_s,
                 )
             except ScheduleUnavailableError:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here

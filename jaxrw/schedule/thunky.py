@@ -12,6 +12,7 @@ tried where the plan predicts the branches overlap, and kept only when measured 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -304,6 +305,7 @@ def schedule_selection(
     measure: bool = True,
     concurrent_xla: bool = True,
     memory_slack: float = 0.0,
+    call_overhead: Callable[[], float] | None = None,
 ) -> Selection:
     """What optimize() calls: which program runs `fn` ("xla", "thunky" or "xla-concurrent") and
     the callable.
@@ -313,7 +315,9 @@ def schedule_selection(
     program (when it is predicted to gain) and, with `concurrent_xla`, XLA compiled with concurrent
     command-buffer regions (when the branches are predicted to overlap), timed on random inputs;
     a candidate must be 3% faster and use no more peak memory than the plain jit, plus
-    `memory_slack` (a fraction: 0.05 allows 5% more)."""
+    `memory_slack` (a fraction: 0.05 allows 5% more). `call_overhead()`: the extra host seconds
+    per call of the path a candidate runs on (optimize's Python path; the plain jit takes jax's
+    C++ dispatch), added to each candidate's measured time."""
     check_choice("schedule", mode, MODES)
     plain = jax.jit(fn, donate_argnums=tuple(donate))
     if mode == "xla":
@@ -331,7 +335,26 @@ def schedule_selection(
         measure=measure,
         concurrent_xla=concurrent_xla,
         memory_slack=memory_slack,
+        call_overhead=call_overhead,
     )
+
+
+@functools.cache
+def python_path_overhead_s() -> float:
+    """Extra host seconds per call of a signature on optimize's Python call path over jax's C++
+    dispatch (which the fast path and jax.jit use), measured once per process on a tiny program.
+    schedule="auto" charges it to candidates that need that path (thunky, XLA's concurrent mode)."""
+    from ..api import optimize
+    from ..rewrite.measure import time_interleaved
+
+    def tiny(x):
+        return x + 1.0
+
+    x = jax.numpy.zeros((8,), jax.numpy.float32)
+    python_path = optimize(tiny, schedule="xla")
+    python_path._fast_state = "off"
+    t = time_interleaved({"jit": jax.jit(tiny), "python": python_path}, [x], samples=5, min_sample_s=0.005)
+    return max(0.0, t["python"].median - t["jit"].median)
 
 
 @dataclass(frozen=True)
@@ -352,6 +375,7 @@ def select(
     measure: bool = True,
     concurrent_xla: bool = True,
     memory_slack: float = 0.0,
+    call_overhead: Callable[[], float] | None = None,
 ) -> Selection:
     """The policy of schedule="auto" (see `apply`), with its choice and reason."""
     plain = jax.jit(fn, donate_argnums=tuple(donate))
@@ -386,7 +410,9 @@ def select(
     if not measure:
         name = min(predicted, key=predicted.__getitem__)
         return Selection(name, final[name](), f"predicted {plan.xla_s / predicted[name]:.2f}x")
-    picked = _pick(jax.jit(fn), trial, flat_specs, _name(fn), memory_slack=memory_slack)
+    picked = _pick(
+        jax.jit(fn), trial, flat_specs, _name(fn), memory_slack=memory_slack, call_overhead=call_overhead
+    )
     if picked is None:
         return Selection("xla", plain, f"measured no gain from {', '.join(trial)}")
     return Selection(picked[0], final[picked[0]](), f"measured {picked[1]:.2f}x")
@@ -441,10 +467,13 @@ def _pick(
     name: str,
     rounds: int = 5,
     memory_slack: float = 0.0,
+    call_overhead: Callable[[], float] | None = None,
 ) -> tuple[str, float] | None:
     """The candidate measurably faster than `base` (by MEASURED_MARGIN, with a peak memory at most
     `memory_slack` above base's) and its speedup, or None. Timed interleaved on random inputs
-    after warm-up."""
+    after warm-up; each candidate also pays `call_overhead()` seconds per call: the host time of
+    the call path it needs and `base` does not (a 3% faster program is no gain when each call
+    costs ~10 µs more to issue)."""
     args = random_inputs(flat_specs)
     base_peak = peak_bytes(base, args)
     want = jax.tree_util.tree_leaves(base(*args))
@@ -480,8 +509,15 @@ def _pick(
         for label, f in ok.items():
             times[label].append(time_call(f, args))
     med = {k: float(np.median(v)) for k, v in times.items()}
+    extra = call_overhead() if call_overhead is not None else 0.0
+    med.update({k: med[k] + extra for k in ok})
     best = min(ok, key=med.__getitem__)
-    log.info("jaxrw: %s measured (µs): %s", name, ", ".join(f"{k} {v * 1e6:.1f}" for k, v in med.items()))
+    log.info(
+        "jaxrw: %s measured (µs, candidates with %.1f µs of call path): %s",
+        name,
+        extra * 1e6,
+        ", ".join(f"{k} {v * 1e6:.1f}" for k, v in med.items()),
+    )
     if med[best] > med["xla"] * (1 - MEASURED_MARGIN):
         return None
     return best, med["xla"] / med[best]

@@ -342,3 +342,21 @@ def test_a_scheduled_signature_called_under_an_outer_jit_is_traced_in(monkeypatc
     g = jax.grad(lambda x, w: opt(x, w).sum())(x, w)
     np.testing.assert_allclose(g, jax.grad(lambda x, w: _two_step(x, w).sum())(x, w), rtol=1e-5)
     assert calls["select"] == 1
+
+
+def test_auto_charges_candidates_the_call_path_they_need(monkeypatch):
+    # a candidate 10% faster on the device loses once its calls pay the Python path's host time
+    base, fast = (lambda x: x + 1), (lambda x: x + 1)
+    monkeypatch.setattr(sched_thunky, "peak_bytes", lambda f, args: 100)
+    monkeypatch.setattr(sched_thunky, "time_call", lambda f, args, calls=20: 0.9e-5 if f is fast else 1.0e-5)
+    specs = [jax.ShapeDtypeStruct((4,), np.float32)]
+    picked = sched_thunky._pick(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 0.0)
+    assert picked is not None and picked[0] == "xla-concurrent"
+    assert sched_thunky._pick(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 2e-6) is None
+
+
+def test_the_python_call_path_overhead_is_measured_once():
+    from jaxrw.schedule import python_path_overhead_s
+
+    first = python_path_overhead_s()
+    assert first >= 0.0 and python_path_overhead_s() == first  # cached for the process
