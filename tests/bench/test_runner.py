@@ -134,6 +134,18 @@ def test_hoist_case_also_times_new_weights_every_call():
     assert rec["numerics_ok"]
 
 
+def test_a_kept_case_also_times_a_second_jax_jit():
+    # diag_scale is kept (the original program): a second, separately compiled jax.jit of the same
+    # function is the floor under its speedup, and is named in the notes
+    from jaxrw.bench.report import case_notes
+
+    opts = runner.Options(repeats=1, sample_s=1e-4, warmup=0)
+    rec = runner.run_case(CASES["diag_scale"], opts)
+    assert rec["status"] == "ok", rec.get("error")
+    assert not rec["report"]["rewritten"] and "jax.jit#2" in rec["variants"] and rec["second_jit"] > 0
+    assert "jaxrw@jit" not in rec["variants"] and "a second jax.jit:" in case_notes(rec)
+
+
 def test_the_recorded_commit_can_be_given(monkeypatch):
     # a tree copied to a GPU machine can carry a stale .git: JAXRW_COMMIT names the real commit
     monkeypatch.setenv("JAXRW_COMMIT", "24b29b3+dirty")
