@@ -72,9 +72,10 @@ def strength_reduced(view: EGraphView, node: Node) -> bool:
     return math.prod(a[nb:]) + math.prod(b[nb:]) < STRENGTH_REDUCED_ELEMENTS
 
 
-def merged_dots(view: EGraphView, choice: dict[str, str]) -> list[MergedDots]:
-    """The groups XLA's dot merger forms in the chosen program (see the module docstring)."""
-    order = reachable(view, choice, view.outputs)
+def merged_dots(view: EGraphView, choice: dict[str, str], order: list[str] | None = None) -> list[MergedDots]:
+    """The groups XLA's dot merger forms in the chosen program (see the module docstring);
+    `order`: the program's classes, children first, where the caller has walked it already."""
+    order = reachable(view, choice, view.outputs) if order is None else order
     dots = [c for c in order if view.nodes[choice[c]].op == "dot"]
     if len(dots) < 2:
         return []
@@ -165,9 +166,10 @@ def program_cost(
 ) -> float:
     """The chosen program's predicted time: its node costs, with the dots XLA merges on a GPU
     priced as the merged GEMMs they become (roofline model on a CUDA profile only)."""
-    total = dag_cost(view, choice, costs)
     if not isinstance(model, Roofline) or model.profile.kind != "cuda":
-        return total
-    for group in merged_dots(view, choice):
+        return dag_cost(view, choice, costs)
+    order = reachable(view, choice, view.outputs)
+    total = sum(costs[choice[c]] for c in order)  # dag_cost, on the walk merged_dots reuses
+    for group in merged_dots(view, choice, order):
         total += _merged_cost(model, view, choice, group) - sum(costs[choice[d]] for d in group.members)
     return max(total, 0.0)
