@@ -403,11 +403,18 @@ class Optimized:
         if hoisted is not None:
             call = HoistedCall(hoisted, donate)  # prologue and main run under XLA's schedule
         else:
-            from .schedule import ScheduleUnavailableError, python_path_overhead_s, schedule_selection
+            from .schedule import (
+                ScheduleUnavailableError,
+                cuda_available,
+                python_path_overhead_s,
+                schedule_selection,
+            )
 
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
             # under a trace (an outer jit/grad/vmap) nothing can be timed: XLA's schedule
-            mode = "xla" if self.schedule == "auto" and any(map(compat.is_tracer, leaves)) else self.schedule
+            mode, why = self.schedule, ""
+            if mode == "auto" and any(map(compat.is_tracer, leaves)):
+                mode, why = "xla", "no CUDA device" if not cuda_available() else "built under a trace"
             try:
                 chosen = schedule_selection(
                     mode,
@@ -426,6 +433,7 @@ class Optimized:
                     raise err from e
                 warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
                 return _Entry(self._jitted, out_tree, report, fallback=str(err))
+            report.schedule = f"{chosen.choice}: {why or chosen.reason}"
             return _Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
         return _Entry(call, out_tree, report, trace=kept)
 

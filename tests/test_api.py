@@ -212,6 +212,8 @@ def test_schedule_option_on_a_machine_without_cuda():
     for mode in ("auto", "xla"):
         opt = jaxrw.optimize(lambda a, b: a @ b + a @ b, schedule=mode)
         np.testing.assert_allclose(opt(a, b), 2 * (a @ b), rtol=1e-5)
+        want = "xla: asked for" if mode == "xla" else "xla: no CUDA device"
+        assert jax.default_backend() == "gpu" or opt.report(a, b).schedule == want
     if jax.default_backend() != "gpu":
         streams = jaxrw.optimize(lambda a, b: a @ b, schedule="streams")
         with pytest.raises(ScheduleUnavailableError):

@@ -98,6 +98,8 @@ def case_notes(rec: dict) -> str:
         parts.append(str(rep["hoist_note"]))
     if rec.get("speedup_bind"):
         parts.append(f"bound: {rec['speedup_bind']:.2f}x")
+    if rep.get("schedule") and not str(rep["schedule"]).startswith("xla:"):
+        parts.append(f"schedule {rep['schedule']}")
     if rec.get("second_jit"):
         parts.append(f"a second jax.jit: {rec['second_jit']:.2f}x")
     if rec.get("speedup_new_args"):

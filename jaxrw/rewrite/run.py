@@ -92,6 +92,7 @@ class RewriteReport:
     bodies: list[RewriteReport] = field(default_factory=list)  # control-flow bodies, recursively
     hoist_note: str = ""
     nonfinite_note: str = ""  # why numerics="default" fell back to exact rules (nonfinite.py)
+    schedule: str = ""  # what runs the program and why ("xla: asked for"); set by optimize
 
     @property
     def predicted_speedup(self) -> float:
@@ -123,6 +124,7 @@ class RewriteReport:
             )
             + ([("hoisting", self.hoist_note)] if self.hoist_note else [])
             + ([("non-finite", self.nonfinite_note)] if self.nonfinite_note else [])
+            + ([("schedule", self.schedule)] if self.schedule else [])
             + ([("bodies", _bodies_row(self.bodies))] if self.bodies else [])
         )
 
@@ -151,6 +153,7 @@ class RewriteReport:
             "hoisted_bytes": self.hoisted_bytes,
             "hoist_note": self.hoist_note,
             "nonfinite_note": self.nonfinite_note,
+            "schedule": self.schedule,
             "bodies": [b.to_dict() for b in self.bodies],
         }
 

@@ -48,6 +48,7 @@ __all__ = [
 log = logging.getLogger("jaxrw")
 MODES = ("auto", "xla", "streams")
 MEASURED_MARGIN = 0.03  # auto keeps thunky only when it measured at least this much faster
+SAMPLE_S = 0.003  # seconds per timed sample when auto compares candidate schedules
 _said: set[str] = set()
 
 
@@ -465,7 +466,7 @@ def _pick(
     trial: dict[str, Callable],
     flat_specs: Sequence[Any],
     name: str,
-    rounds: int = 5,
+    rounds: int = 7,
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
 ) -> tuple[str, float] | None:
@@ -502,12 +503,14 @@ def _pick(
             )
     if not ok:
         return None
-    time_call(base, args, 3)
+    # samples of at least ~3 ms each: 20 calls of a 40 µs program are too short a sample on a
+    # shared host (a noisy pick put a kept program 16% behind jax.jit in one H200 run)
+    calls = max(20, min(2000, int(SAMPLE_S / max(time_call(base, args, 3), 1e-7))))
     times: dict[str, list[float]] = {k: [] for k in ["xla", *ok]}
     for _ in range(rounds):
-        times["xla"].append(time_call(base, args))
+        times["xla"].append(time_call(base, args, calls))
         for label, f in ok.items():
-            times[label].append(time_call(f, args))
+            times[label].append(time_call(f, args, calls))
     med = {k: float(np.median(v)) for k, v in times.items()}
     extra = call_overhead() if call_overhead is not None else 0.0
     med.update({k: med[k] + extra for k in ok})

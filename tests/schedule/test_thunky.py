@@ -314,6 +314,7 @@ def test_auto_choosing_a_schedule_runs_it(monkeypatch):
     _called_three_times(opt)
     assert calls["select"] == 1 and calls["scheduled"] == 3
     assert opt._fast_state == "off"
+    assert opt.report(jnp.ones((4, 8)), jnp.full((8, 8), 0.1)).schedule == "xla-concurrent: test"
 
 
 def test_auto_under_an_outer_jit_does_not_time(monkeypatch):
