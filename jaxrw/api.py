@@ -191,7 +191,7 @@ class Optimized:
             fast = tuple(i for i in range(len(leaves)) if i not in slow)
             self._hot[(in_tree, statics)] = (entry, picker(fast), tuple(key[1][i] for i in fast))
             if not self._hot_path_off and not compat.is_tracer(leaves[entry.call.slow[0]]):
-                entry.hot = entry.hot or HotPath(self, entry, key)
+                entry.hot = entry.hot or HotPath(self, entry, key, args, kwargs)
                 entry.hot.refresh(args, kwargs)
                 self._hot_path = entry.hot
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)

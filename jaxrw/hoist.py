@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import operator
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -108,60 +109,125 @@ MISS = object()  # HotPath could not take the call: the full call path does
 HANDOFF_AFTER = 16
 
 
+class _Layout:
+    """Where a signature's hoisted arguments sit, so a cached call can pass only what the main
+    program reads: the prologue values, and the hoisted leaves `main` reads itself (those not
+    merged); every other argument passes as the user gave it. jax.jit's C++ dispatch checks each
+    array argument on every call, so the hoisted leaves left out save that host time (llama-style
+    parameter pytrees hold dozens of them)."""
+
+    def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):
+        self.pos = tuple(sorted(set(opt.hoist_argnums) - set(opt.static_argnums)))
+        self.names = tuple(sorted(set(opt.hoist_argnames) - set(opt.static_argnames)))
+        self._posset = frozenset(self.pos)
+        dyn, _statics = opt._split(args, kwargs)
+        full, in_tree = jax.tree_util.tree_flatten(dyn)
+        owners = opt._leaf_owners(in_tree, kwargs)
+        hoisted = set(self.pos) | set(self.names)
+        self.full_index = tuple(i for i, o in enumerate(owners) if o in hoisted)  # local -> flat
+        local, self.tree = jax.tree_util.tree_flatten(self.hoisted_args(args, kwargs))
+        # the local order must be the flat order (positional, then keywords by name)
+        self.ok = len(local) == len(self.full_index) and all(
+            full[i] is x for i, x in zip(self.full_index, local, strict=False)
+        )
+        read = set(entry.call.used)
+        self.passed = tuple(j for j, i in enumerate(self.full_index) if i in read)
+        self.pick_passed = picker(self.passed)
+        # stand-ins for the hoisted arguments inside the jit (their leaves come from `passed`)
+        self._slots = {k: jax.tree_util.tree_map(lambda _: _SLOT, v) for k, v in self._present(args, kwargs)}
+
+    def _present(self, args: tuple, kwargs: dict) -> list[tuple[int | str, Any]]:
+        return [(i, args[i]) for i in self.pos if i < len(args)] + [
+            (k, kwargs[k]) for k in self.names if k in kwargs
+        ]
+
+    def hoisted_args(self, args: tuple, kwargs: dict) -> list[Any]:
+        slow = [args[i] for i in self.pos if i < len(args)]
+        return slow + [kwargs.get(k) for k in self.names] if self.names else slow
+
+    def fast(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The arguments the main program's jit takes besides the values (hoisted ones removed)."""
+        if self.pos:
+            args = tuple(a for i, a in enumerate(args) if i not in self._posset)
+        if self.names:
+            kwargs = {k: v for k, v in kwargs.items() if k not in self.names}
+        return args, kwargs
+
+    def shifted(self, idx: tuple[int, ...]) -> tuple[int, ...]:
+        """Positions of the user's call as positions of the jit's call (values and passed first)."""
+        return tuple(2 + i - sum(p < i for p in self.pos) for i in idx if i not in self._posset)
+
+    def main_jit(self, opt: Any, entry: Any, key: tuple, mismatch: Callable[[], Exception]) -> Any:
+        """jax.jit of (values, passed, *fast args, **fast kwargs) -> the signature's output."""
+        h, slots = entry.call, self._slots
+        tree, keys, statics = key
+        fill = tuple(self.full_index[j] for j in self.passed)
+        hoisted_flat = set(self.full_index)
+
+        def body(values: list, passed: tuple, *fast: Any, **fast_kw: Any) -> Any:
+            it = iter(fast)
+            n = len(fast) + sum(isinstance(k, int) for k in slots)
+            args = tuple(slots[i] if i in slots else next(it) for i in range(n))
+            kwargs = {**fast_kw, **{k: v for k, v in slots.items() if isinstance(k, str)}}
+            dyn, st = opt._split(args, kwargs)
+            leaves, t = jax.tree_util.tree_flatten(dyn)
+            if t != tree or st != statics or len(leaves) != len(keys):
+                raise mismatch()
+            for i, x in zip(fill, passed, strict=True):
+                leaves[i] = x
+            if any(
+                leaf_key(x) != keys[i] for i, x in enumerate(leaves) if i not in hoisted_flat or i in fill
+            ):
+                raise mismatch()
+            return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
+
+        return jax.jit(
+            body,
+            static_argnums=self.shifted(opt.static_argnums),
+            static_argnames=opt.static_argnames,
+            donate_argnums=self.shifted(opt.donate_argnums),
+        )
+
+
+_SLOT = object()  # a hoisted leaf inside the main program's jit that is not passed to it
+
+
 class HotPath:
     """The quickest call of a hoisted signature whose slow arrays are cached.
 
-    Python checks only the identity of the hoisted arguments' leaves; the rest (flattening, the
-    signatures of the other arguments, the output tree) is jax's C++ dispatch of one jax.jit that
-    takes the prologue values as an argument. Arguments of another signature reach that jit as a
-    new trace, which raises NotHot; the caller then turns the path off for good, so alternating
-    signatures never pay a trace per call. One per signature (`_Entry.hot`), refreshed when the
-    prologue reruns for new slow arrays."""
+    Python checks only the identity (and pytree structure) of the hoisted arguments' leaves; the
+    rest (flattening, the signatures of the other arguments, the output tree) is jax's C++
+    dispatch of one jax.jit that takes the prologue values, the few hoisted leaves the main
+    program reads, and the other arguments (`_Layout`). Arguments of another signature reach that
+    jit as a new trace, which raises NotHot; the caller then turns the path off for good, so
+    alternating signatures never pay a trace per call. One per signature (`_Entry.hot`),
+    refreshed when the prologue reruns for new slow arrays."""
 
-    def __init__(self, opt: Any, entry: Any, key: tuple):
-        h = self.h = entry.call
+    def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):
+        self.h = entry.call
         self.entry = entry
         self.ids: tuple[int, ...] | None = None  # of the hoisted leaves the values belong to
         self.h_ids: tuple[int, ...] | None = None  # h.ids then: replaced if the prologue reruns
-        self._pos = tuple(sorted(opt.hoist_argnums))
-        self._names = tuple(sorted(opt.hoist_argnames))
-
-        def body(values: list, *args: Any, **kwargs: Any) -> Any:
-            dyn, statics = opt._split(args, kwargs)
-            leaves, tree = jax.tree_util.tree_flatten(dyn)
-            if (tree, tuple(map(leaf_key, leaves)), statics) != key:
-                raise NotHot
-            return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
-
-        def shift(idx: tuple[int, ...]) -> tuple[int, ...]:
-            return tuple(i + 1 for i in idx)
-
-        self.call = jax.jit(
-            body,
-            static_argnums=shift(opt.static_argnums),
-            static_argnames=opt.static_argnames,
-            donate_argnums=shift(opt.donate_argnums),
-        )
-
-    def _slow_leaves(self, args: tuple, kwargs: dict) -> list[Any]:
-        slow = [args[i] for i in self._pos if i < len(args)]
-        if self._names:
-            slow += [kwargs.get(k) for k in self._names]
-        return jax.tree_util.tree_leaves(slow)
+        self.layout = _Layout(opt, entry, key, args, kwargs)
+        self.call = self.layout.main_jit(opt, entry, key, NotHot)
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
         """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
-        self.ids = tuple(map(id, self._slow_leaves(args, kwargs)))
+        leaves, tree = jax.tree_util.tree_flatten(self.layout.hoisted_args(args, kwargs))
+        usable = self.layout.ok and tree == self.layout.tree
+        self.ids = tuple(map(id, leaves)) if usable else None
         self.h_ids = self.h.ids
 
     def __call__(self, opt: Any, args: tuple, kwargs: dict) -> Any:
         """The result, or MISS; NotHot when the jit meets another signature."""
-        slow = self._slow_leaves(args, kwargs)
+        lay = self.layout
+        slow, tree = jax.tree_util.tree_flatten(lay.hoisted_args(args, kwargs))
         ids = tuple(map(id, slow))
         h = self.h
-        if ids == self.ids and h.ids is self.h_ids and h.values is not None:
+        if ids == self.ids and tree == lay.tree and h.ids is self.h_ids and h.values is not None:
             h.seen, h.streak = ids, 0
-            return self.call(h.values, *args, **kwargs)
+            fast, fast_kw = lay.fast(args, kwargs)
+            return self.call(h.values, lay.pick_passed(slow), *fast, **fast_kw)
         # new slow arrays, changing on every call: jax.jit's program (see HoistedCall)
         if slow and not compat.is_tracer(slow[0]) and h.wants_direct(ids):
             return opt._run_direct(self.entry, args, kwargs)
@@ -205,15 +271,13 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
 
         return plain
     values = h.prologue(*h.pick_slow(leaves))
+    layout = _Layout(opt, entry, key, args, kwargs)
 
-    def body(values: list, fixed: tuple, fixed_kw: dict, *fast: Any, **fast_kw: Any) -> Any:
-        a, kw = full(fixed, fixed_kw, fast, fast_kw)
-        lv, tree = jax.tree_util.tree_flatten((a, kw))
-        if (tree, tuple(map(leaf_key, lv))) != key[:2]:
-            raise InvalidOptionError(
-                "a bound function was called with arguments of another structure, shape or dtype "
-                "than it was bound with; bind again for them"
-            )
-        return jax.tree_util.tree_unflatten(entry.out_tree, h.run(lv, values))
+    def mismatch() -> Exception:
+        return InvalidOptionError(
+            "a bound function was called with arguments of another structure, shape or dtype "
+            "than it was bound with; bind again for them"
+        )
 
-    return functools.partial(jax.jit(body), values, tuple(fixed_args.values()), fixed_kwargs)
+    local = jax.tree_util.tree_leaves(layout.hoisted_args(args, kwargs))
+    return functools.partial(layout.main_jit(opt, entry, key, mismatch), values, layout.pick_passed(local))

@@ -300,3 +300,25 @@ def test_a_hot_parameter_set_between_new_ones_resets_the_handoff_count():
         np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
     (entry,) = opt._cache.values()
     assert not entry.handed_off and entry.call.streak < HANDOFF_AFTER
+
+
+def test_the_hot_call_passes_only_what_the_main_program_reads():
+    # the hot path leaves out hoisted leaves the main program does not read (A and B: their
+    # product is a prologue value); hoisted leaves main reads itself still come from each call:
+    # a numpy bias is mutable (not cached by identity) and a later in-place change must show
+    def g(x, *, params):
+        return jnp.tanh(x @ (params["A"] @ params["B"])) + params["bias"] * params["c"]
+
+    opt = jaxrw.optimize(g, hoist_argnames="params")
+    p, x = {**_params(90), "bias": np.ones(64, np.float32), "c": jnp.float32(2.0)}, _x(91)
+    for i in range(3):
+        np.testing.assert_allclose(opt(x + i, params=p), g(x + i, params=p), rtol=1e-4, atol=1e-5)
+    assert opt._hot_path is not None
+    layout = opt._hot_path.layout
+    assert len(layout.full_index) == 4 and len(layout.passed) == 2  # bias and c, not A and B
+    runs = _count_runs(_call(opt))
+    p["bias"][:] = 3.0  # the same numpy array, changed in place
+    np.testing.assert_allclose(opt(x, params=p), g(x, params=p), rtol=1e-4, atol=1e-5)
+    assert runs[0] == 0  # still the hot path's jit, no retrace
+    bound = opt.bind(x, params=p)
+    np.testing.assert_allclose(bound(x + 1), g(x + 1, params=p), rtol=1e-4, atol=1e-5)
