@@ -4,7 +4,9 @@ for autotune, calibration, the cost check and the benchmarks).
 Each variant is called once to compile and a few times to warm up; the number of calls per sample
 is chosen per variant from a short trial so one sample lasts about `sample_s`; then `repeats`
 rounds each take one sample of every variant in a rotating order (so drift in clock speed or
-temperature hits all variants alike). A sample dispatches its calls and blocks on the last result
+temperature hits all variants alike), each sample after one untimed call (what switching from
+another variant's executable and data costs is not charged to this one: in a sample of ~20
+calls, one call twice as slow as the rest would move the mean by 5%). A sample dispatches its calls and blocks on the last result
 (`block_until_ready`): the time per call is the sample's time divided by its calls. The summary is
 the median; every sample is kept.
 """
@@ -99,6 +101,7 @@ def measure(
         k = rep % len(names)
         for name in names[k:] + names[:k]:
             fn, args = variants[name]
+            block(fn(*args))  # untimed: the switch from the previous variant is not charged
             out[name].samples.append(_sample(fn, args, out[name].calls))
     return out
 
