@@ -6,9 +6,9 @@ is chosen per variant from a short trial so one sample lasts about `sample_s`; t
 rounds each take one sample of every variant in a rotating order (so drift in clock speed or
 temperature hits all variants alike), each sample after one untimed call (what switching from
 another variant's executable and data costs is not charged to this one: in a sample of ~20
-calls, one call twice as slow as the rest would move the mean by 5%). A sample dispatches its calls and blocks on the last result
-(`block_until_ready`): the time per call is the sample's time divided by its calls. The summary is
-the median; every sample is kept.
+calls, one call twice as slow as the rest would move the mean by 5%). A sample dispatches its
+calls and blocks on the last result (`block_until_ready`): the time per call is the sample's time
+divided by its calls. The summary is the median; every sample is kept.
 """
 
 from __future__ import annotations
