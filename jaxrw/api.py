@@ -36,7 +36,7 @@ from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
-from .signature import leaf_key, spec, static_key
+from .signature import leaf_key, leaf_owners, spec, static_key
 from .tolerance import relative_error, tolerance
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
@@ -361,7 +361,7 @@ class Optimized:
                 if isinstance(self.profile, Profile)
                 else (get_profile(self.profile) if self.profile else default_profile(compat.device_kind()))
             )
-            owners = self._leaf_owners(in_tree, kwargs)
+            owners = leaf_owners(in_tree, kwargs, self.static_argnums, self.static_argnames)
             slow = self._slow_leaves(owners, leaves)
             tune = self.autotune and not any(compat.is_tracer(x) for x in leaves)
             result = rewrite_jaxpr(
@@ -462,22 +462,6 @@ class Optimized:
             and o not in self.donate_argnums
             and (isinstance(x, jax.Array) or compat.is_tracer(x))
         )
-
-    def _leaf_owners(self, in_tree: Any, kwargs: dict) -> list[int | str]:
-        """For each flat leaf, the positional index (in the user's call) or keyword it came from."""
-        args_tree, kwargs_tree = in_tree.children()
-        static = sorted(self.static_argnums)
-        owners: list[int | str] = []
-        for pos, sub in enumerate(args_tree.children()):
-            orig = pos
-            for st in static:
-                if st <= orig:
-                    orig += 1
-            owners += [orig] * sub.num_leaves
-        names = sorted(k for k in kwargs if k not in self.static_argnames)
-        for name, sub in zip(names, kwargs_tree.children(), strict=True):
-            owners += [name] * sub.num_leaves
-        return owners
 
     def _verify(self, result: Any, args: tuple, kwargs: dict) -> None:
         want = self._jitted(*args, **kwargs)

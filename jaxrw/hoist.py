@@ -17,7 +17,7 @@ from typing import Any
 import jax
 
 from . import compat
-from .signature import leaf_key  # the signature key optimize uses
+from .signature import leaf_key, leaf_owners  # the signature key optimize uses
 
 __all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "HANDOFF_AFTER", "picker", "bind"]
 
@@ -122,7 +122,7 @@ class _Layout:
         self._posset = frozenset(self.pos)
         dyn, _statics = opt._split(args, kwargs)
         full, in_tree = jax.tree_util.tree_flatten(dyn)
-        owners = opt._leaf_owners(in_tree, kwargs)
+        owners = leaf_owners(in_tree, kwargs, opt.static_argnums, opt.static_argnames)
         hoisted = set(self.pos) | set(self.names)
         self.full_index = tuple(i for i, o in enumerate(owners) if o in hoisted)  # local -> flat
         local, self.tree = jax.tree_util.tree_flatten(self.hoisted_args(args, kwargs))

@@ -11,7 +11,7 @@ import numpy as np
 from . import compat
 from .errors import InvalidOptionError
 
-__all__ = ["leaf_key", "spec", "static_key"]
+__all__ = ["leaf_key", "leaf_owners", "spec", "static_key"]
 
 
 def leaf_key(x: Any) -> tuple:
@@ -53,3 +53,21 @@ def static_key(v: Any, what: str) -> Any:
             "int, str, tuple)"
         ) from e
     return v
+
+
+def leaf_owners(in_tree: Any, kwargs: dict, static_argnums: Any, static_argnames: Any) -> list[int | str]:
+    """For each flat leaf of a call's dynamic (args, kwargs), the positional index in the user's
+    call or the keyword it came from (static arguments are not flattened, so indices skip them)."""
+    args_tree, kwargs_tree = in_tree.children()
+    static = sorted(static_argnums)
+    owners: list[int | str] = []
+    for pos, sub in enumerate(args_tree.children()):
+        orig = pos
+        for st in static:
+            if st <= orig:
+                orig += 1
+        owners += [orig] * sub.num_leaves
+    names = sorted(k for k in kwargs if k not in static_argnames)
+    for name, sub in zip(names, kwargs_tree.children(), strict=True):
+        owners += [name] * sub.num_leaves
+    return owners

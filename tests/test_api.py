@@ -205,6 +205,27 @@ def test_guard_keeps_the_original_when_nothing_pays():
     np.testing.assert_allclose(opt(a), jnp.tanh(a) * 2, rtol=1e-6)
 
 
+def test_a_kept_program_is_jax_jits_program():
+    # where the guard keeps the original, what runs is jax.jit's program: the same StableHLO
+    # (but the module's name), so any speed difference is in the call, not in the program
+    import re
+
+    def f(x, w, b):
+        return jax.nn.relu(x @ w + b).sum(axis=0)
+
+    x, w = _rand(12, (8, 16), (16, 16))
+    b = jnp.ones(16)
+    opt = jaxrw.optimize(f)
+    opt(x, w, b)
+    assert not opt.report(x, w, b).rewritten and opt._fast_state == "on"
+
+    def text(jitted):
+        t = jitted.lower(x, w, b).as_text()
+        return re.sub(r"module @\S+", "module", re.sub(r"loc\([^)]*\)|#loc\d*", "", t))
+
+    assert text(opt._fast) == text(jax.jit(f))
+
+
 def test_schedule_option_on_a_machine_without_cuda():
     from jaxrw.schedule import ScheduleUnavailableError
 
