@@ -322,3 +322,26 @@ def test_the_hot_call_passes_only_what_the_main_program_reads():
     assert runs[0] == 0  # still the hot path's jit, no retrace
     bound = opt.bind(x, params=p)
     np.testing.assert_allclose(bound(x + 1), g(x + 1, params=p), rtol=1e-4, atol=1e-5)
+
+
+def test_hot_path_with_a_static_argument_before_the_hoisted_one_and_a_donated_input():
+    # positions shift twice in the hot call's jit (hoisted arguments left out, values first):
+    # statics and donations must still name the right arguments
+    def g(x, scale, params):
+        return f(params, x) * scale
+
+    opt = jaxrw.optimize(g, static_argnums=1, hoist_argnums=2, donate_argnums=0)
+    p = _params(95)
+    for i in range(4):
+        x = _x(96 + i)
+        want = g(x, 2, p)
+        np.testing.assert_allclose(opt(x, 2, p), want, rtol=1e-4, atol=1e-5)
+    hot = opt._hot_path
+    assert hot is not None and hot.layout.shifted((0, 1)) == (2, 3)
+    runs = _count_runs(_call(opt))
+    x = _x(100)
+    want = g(x, 2, p)
+    np.testing.assert_allclose(opt(x, 2, p), want, rtol=1e-4, atol=1e-5)
+    assert runs[0] == 0 and x.is_deleted()  # the hot call's jit (no retrace) donated x
+    x = _x(101)
+    np.testing.assert_allclose(opt(x, 3, p), g(_x(101), 3, p), rtol=1e-4, atol=1e-5)  # another static
