@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import jaxrw
 from jaxrw.hoist import HoistedCall
@@ -345,3 +347,43 @@ def test_hot_path_with_a_static_argument_before_the_hoisted_one_and_a_donated_in
     assert runs[0] == 0 and x.is_deleted()  # the hot call's jit (no retrace) donated x
     x = _x(101)
     np.testing.assert_allclose(opt(x, 3, p), g(_x(101), 3, p), rtol=1e-4, atol=1e-5)  # another static
+
+
+@st.composite
+def _call_layouts(draw):
+    """Where the hoisted parameters, a static scale and the activations sit in a call."""
+    order = draw(st.permutations(["params", "x", "scale"]))
+    by_name = draw(st.booleans())  # the parameters passed as a keyword (hoist_argnames)
+    donate_x = draw(st.booleans())
+    return order, by_name, donate_x
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_call_layouts())
+def test_hot_calls_match_jax_jit_wherever_the_hoisted_arguments_sit(layout):
+    order, by_name, donate_x = layout
+    positional = [a for a in order if not (by_name and a == "params")]
+
+    def g(*args, **kwargs):
+        named = dict(zip(positional, args, strict=True)) | kwargs
+        return f(named["params"], named["x"]) * named["scale"]
+
+    opts = {"static_argnums": positional.index("scale")}
+    if by_name:
+        opts["hoist_argnames"] = "params"
+    else:
+        opts["hoist_argnums"] = positional.index("params")
+    if donate_x:
+        opts["donate_argnums"] = positional.index("x")
+    opt = jaxrw.optimize(g, **opts)
+    p = _params(110)
+
+    def call(fn, x):
+        values = {"params": p, "x": x, "scale": 3}
+        kw = {"params": p} if by_name else {}
+        return fn(*[values[a] for a in positional], **kw)
+
+    for i in range(4):
+        want = call(jax.jit(g, static_argnums=opts["static_argnums"]), _x(111 + i))
+        np.testing.assert_allclose(call(opt, _x(111 + i)), want, rtol=1e-4, atol=1e-5)
+    assert opt._hot_path is not None  # the later calls took the hot path
