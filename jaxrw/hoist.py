@@ -165,8 +165,10 @@ class _Layout:
         hoisted_flat = set(self.full_index)
 
         def body(values: list, passed: tuple, *fast: Any, **fast_kw: Any) -> Any:
-            it = iter(fast)
             n = len(fast) + sum(isinstance(k, int) for k in slots)
+            if any(isinstance(k, int) and k >= n for k in slots):
+                raise mismatch()  # fewer arguments than the signature's
+            it = iter(fast)
             args = tuple(slots[i] if i in slots else next(it) for i in range(n))
             kwargs = {**fast_kw, **{k: v for k, v in slots.items() if isinstance(k, str)}}
             dyn, st = opt._split(args, kwargs)
@@ -221,6 +223,8 @@ class HotPath:
     def __call__(self, opt: Any, args: tuple, kwargs: dict) -> Any:
         """The result, or MISS; NotHot when the jit meets another signature."""
         lay = self.layout
+        if self.ids is None:  # never refreshed with a usable layout: the full call path
+            return MISS
         slow, tree = jax.tree_util.tree_flatten(lay.hoisted_args(args, kwargs))
         ids = tuple(map(id, slow))
         h = self.h
@@ -258,8 +262,12 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     h = entry.call
 
     def full(fixed: tuple, fixed_kw: dict, fast: tuple, fast_kw: dict) -> tuple[tuple, dict]:
-        it = iter(fast)
         n = len(fast) + len(fixed)
+        if any(i >= n for i in hoisted_pos):
+            raise InvalidOptionError(
+                f"a bound function takes the arguments it was not bound to; got {len(fast)}"
+            )
+        it = iter(fast)
         a = tuple(fixed[hoisted_pos.index(i)] if i in hoisted_pos else next(it) for i in range(n))
         return a, {**fast_kw, **fixed_kw}
 

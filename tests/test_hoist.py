@@ -387,3 +387,15 @@ def test_hot_calls_match_jax_jit_wherever_the_hoisted_arguments_sit(layout):
         want = call(jax.jit(g, static_argnums=opts["static_argnums"]), _x(111 + i))
         np.testing.assert_allclose(call(opt, _x(111 + i)), want, rtol=1e-4, atol=1e-5)
     assert opt._hot_path is not None  # the later calls took the hot path
+
+
+def test_bound_functions_called_with_too_few_arguments_say_so():
+    def g(x, params):
+        return f(params, x)
+
+    p, x = _params(120), _x(121)
+    for opts in ({"hoist_argnums": 1}, {"hoist_argnums": 1, "max_hoist_bytes": 0}):  # hoisted, or not
+        bound = jaxrw.optimize(g, **opts).bind(x, p)
+        np.testing.assert_allclose(bound(x), g(x, p), rtol=1e-4, atol=1e-5)
+        with pytest.raises(jaxrw.JaxrwError):
+            bound()
