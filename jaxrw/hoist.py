@@ -265,7 +265,8 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
         n = len(fast) + len(fixed)
         if any(i >= n for i in hoisted_pos):
             raise InvalidOptionError(
-                f"a bound function takes the arguments it was not bound to; got {len(fast)}"
+                f"a bound function takes the {len(args) - len(hoisted_pos)} arguments it was not "
+                f"bound to; got {len(fast)}"
             )
         it = iter(fast)
         a = tuple(fixed[hoisted_pos.index(i)] if i in hoisted_pos else next(it) for i in range(n))
