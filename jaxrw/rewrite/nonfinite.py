@@ -18,7 +18,7 @@ Two parts:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from egglog import Action, Fact, String, Vec, eq, function, i64, relation, rule, set_, union, var, vars_
@@ -62,6 +62,20 @@ def facts(unary: Iterable[str], binary: Iterable[str]) -> list[Any]:
     return [saturating_name(String(n)) for n in names] + [exact_dtype(String(d)) for d in EXACT_DTYPES]
 
 
+def _positional(op: str, param: Any, operands: Sequence[Any]) -> Sequence[Any] | None:
+    """The operands saturated by the ops whose answer depends on the position or a parameter
+    (the same for e-nodes and jaxpr equations); None for every other op."""
+    if op == "div":
+        return operands[1:]  # x / ±inf = 0
+    if op == "select_n":
+        return operands[:1]
+    if op == "integer_pow":
+        return operands if param <= 0 else operands[:0]
+    if op == "convert_element_type":
+        return operands if str(param) in EXACT_DTYPES else operands[:0]
+    return None
+
+
 def saturating_children(op: str, attrs: tuple, children: tuple[str, ...]) -> tuple[str, ...]:
     """The operands of one e-node (graph.Node fields) that a saturating op reads. `op` and
     `opaque` count as saturating in all operands (their semantics are not modelled)."""
@@ -69,15 +83,8 @@ def saturating_children(op: str, attrs: tuple, children: tuple[str, ...]) -> tup
         return () if attrs[0] in TRANSPARENT_UNARY else children
     if op in ("binary", "reduce_max", "reduce_min", "op", "opaque"):
         return children
-    if op == "div":
-        return children[1:]  # x / ±inf = 0
-    if op == "integer_pow":
-        return children if attrs[0] <= 0 else ()
-    if op == "convert_element_type":
-        return children if attrs[0] in EXACT_DTYPES else ()
-    if op == "select_n":
-        return children[:1]
-    return ()
+    got = _positional(op, attrs[0] if attrs else None, children)
+    return () if got is None else tuple(got)
 
 
 _t, _a, _b, _c = vars_("t a b c", Tensor)
@@ -195,14 +202,10 @@ _TRANSPARENT_PRIMITIVES = TRANSPARENT_UNARY | {
 def _saturated_operands(eqn: Any) -> list[Any]:
     """The operands one jaxpr equation saturates (as saturating_children does for e-nodes)."""
     name, ins = eqn.primitive.name, list(eqn.invars)
-    if name == "div":
-        return ins[1:]
-    if name == "select_n":
-        return ins[:1]
-    if name == "integer_pow":
-        return ins if eqn.params["y"] <= 0 else []
-    if name == "convert_element_type":
-        return ins if str(eqn.params["new_dtype"]) in EXACT_DTYPES else []
+    param = eqn.params.get("y") if name == "integer_pow" else eqn.params.get("new_dtype")
+    got = _positional(name, param, ins)
+    if got is not None:
+        return list(got)
     return [] if name in _TRANSPARENT_PRIMITIVES else ins
 
 
