@@ -199,6 +199,12 @@ class Optimized:
             self._verify(result, args, kwargs)
         return result
 
+    def python_path_only(self) -> Optimized:
+        """Send every call through the Python call path (the one hoisting, verify and scheduled
+        programs take) instead of jax's C++ dispatch: for measuring what that path costs."""
+        self._fast_state = "off"
+        return self
+
     def _fast_path(self) -> bool:
         """Whether signatures' programs can be plain functions inlined into one jax.jit
         (`_inline`): then calls take jax's C++ dispatch with no Python of jaxrw's on the way.

@@ -273,6 +273,30 @@ def test_signatures_built_outside_the_trace_keep_jax_cpp_dispatch(monkeypatch, p
     assert python_dispatches[0] == 0
 
 
+def test_python_path_only_sends_every_call_through_python(monkeypatch):
+    # what schedule="auto" measures to price candidates that need optimize's Python call path:
+    # that path splits and flattens the arguments in Python on every call; the fast path does
+    # so only while jax traces it
+    splits, split = [0], api.Optimized._split
+
+    def counted(self, *a):
+        splits[0] += 1
+        return split(self, *a)
+
+    monkeypatch.setattr(api.Optimized, "_split", counted)
+    a = jnp.ones((8, 8))
+    for opt, per_call in (
+        (jaxrw.optimize(lambda a: jnp.tanh(a) * 2), 0),
+        (jaxrw.optimize(jnp.tanh).python_path_only(), 1),
+    ):
+        for _ in range(3):
+            opt(a)
+        splits[0] = 0
+        for _ in range(4):
+            opt(a)
+        assert splits[0] == 4 * per_call
+
+
 def test_a_handed_off_hoisted_signature_takes_jax_cpp_dispatch(python_dispatches):
     from jaxrw.hoist import HANDOFF_AFTER
 

@@ -352,8 +352,7 @@ def python_path_overhead_s() -> float:
         return x + 1.0
 
     x = jax.numpy.zeros((8,), jax.numpy.float32)
-    python_path = optimize(tiny, schedule="xla")
-    python_path._fast_state = "off"
+    python_path = optimize(tiny, schedule="xla").python_path_only()
     t = time_interleaved({"jit": jax.jit(tiny), "python": python_path}, [x], samples=5, min_sample_s=0.005)
     return max(0.0, t["python"].median - t["jit"].median)
 
