@@ -165,13 +165,10 @@ class _Layout:
         hoisted_flat = set(self.full_index)
 
         def body(values: list, passed: tuple, *fast: Any, **fast_kw: Any) -> Any:
-            n = len(fast) + sum(isinstance(k, int) for k in slots)
-            if any(isinstance(k, int) and k >= n for k in slots):
+            merged = _with_hoisted(fast, fast_kw, slots)
+            if merged is None:
                 raise mismatch()  # fewer arguments than the signature's
-            it = iter(fast)
-            args = tuple(slots[i] if i in slots else next(it) for i in range(n))
-            kwargs = {**fast_kw, **{k: v for k, v in slots.items() if isinstance(k, str)}}
-            dyn, st = opt._split(args, kwargs)
+            dyn, st = opt._split(*merged)
             leaves, t = jax.tree_util.tree_flatten(dyn)
             if t != tree or st != statics or len(leaves) != len(keys):
                 raise mismatch()
@@ -192,6 +189,17 @@ class _Layout:
 
 
 _SLOT = object()  # a hoisted leaf inside the main program's jit that is not passed to it
+
+
+def _with_hoisted(fast: tuple, fast_kw: dict, hoisted: dict[int | str, Any]) -> tuple[tuple, dict] | None:
+    """The whole call from the other arguments and the hoisted ones (by position or keyword), or
+    None when too few arguments came for the hoisted positions."""
+    n = len(fast) + sum(isinstance(k, int) for k in hoisted)
+    if any(isinstance(k, int) and k >= n for k in hoisted):
+        return None
+    it = iter(fast)
+    args = tuple(hoisted[i] if i in hoisted else next(it) for i in range(n))
+    return args, {**fast_kw, **{k: v for k, v in hoisted.items() if isinstance(k, str)}}
 
 
 class HotPath:
@@ -255,28 +263,21 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     ]
     if missing:
         raise InvalidOptionError(f"bind: hoisted arguments {missing!r} not given; pass every argument once")
-    hoisted_pos = tuple(i for i in opt.hoist_argnums if i < len(args))
-    fixed_args = {i: args[i] for i in hoisted_pos}
-    fixed_kwargs = {k: kwargs[k] for k in opt.hoist_argnames}
+    hoisted: dict[int | str, Any] = {i: args[i] for i in opt.hoist_argnums}
+    hoisted.update((k, kwargs[k]) for k in opt.hoist_argnames)
     entry, key, leaves = opt._entry_for(args, kwargs)  # built if new
     h = entry.call
-
-    def full(fixed: tuple, fixed_kw: dict, fast: tuple, fast_kw: dict) -> tuple[tuple, dict]:
-        n = len(fast) + len(fixed)
-        if any(i >= n for i in hoisted_pos):
-            raise InvalidOptionError(
-                f"a bound function takes the {len(args) - len(hoisted_pos)} arguments it was not "
-                f"bound to; got {len(fast)}"
-            )
-        it = iter(fast)
-        a = tuple(fixed[hoisted_pos.index(i)] if i in hoisted_pos else next(it) for i in range(n))
-        return a, {**fast_kw, **fixed_kw}
 
     if not isinstance(h, HoistedCall) or entry.fallback is not None:  # nothing hoisted: a plain call
 
         def plain(*fast: Any, **fast_kw: Any) -> Any:
-            a, kw = full(tuple(fixed_args.values()), fixed_kwargs, fast, fast_kw)
-            return opt(*a, **kw)
+            merged = _with_hoisted(fast, fast_kw, hoisted)
+            if merged is None:
+                taken = len(args) - len(opt.hoist_argnums)
+                raise InvalidOptionError(
+                    f"a bound function takes the {taken} arguments it was not bound to; got {len(fast)}"
+                )
+            return opt(*merged[0], **merged[1])
 
         return plain
     values = h.prologue(*h.pick_slow(leaves))
