@@ -33,7 +33,8 @@ import numpy as np  # noqa: E402
 
 from jaxrw.rewrite.profiles import default_profile  # noqa: E402
 from jaxrw.schedule import Scheduled, plan_program, schedule_program, select  # noqa: E402
-from jaxrw.schedule.thunky import XLA_CONCURRENT, XLA_REGIONS, random_inputs, time_call  # noqa: E402
+from jaxrw.schedule.thunky import random_inputs, time_call  # noqa: E402
+from jaxrw.schedule.xla_modes import XLA_MODES, XLA_REGIONS  # noqa: E402
 
 BUDGET_S = 6 * 60  # stop starting new cases after this (the whole run must stay under 8 minutes)
 
@@ -205,7 +206,7 @@ def run_case(name, desc, fn, specs, profile, samples, budget_end):
             elif mode == "regions":
                 f = jax.jit(fn, compiler_options=XLA_REGIONS)
             elif mode == "concurrent":
-                f = jax.jit(fn, compiler_options=XLA_CONCURRENT)
+                f = jax.jit(fn, compiler_options=XLA_MODES["xla-concurrent"])
             elif mode == "streams":
                 f = schedule_program(fn, specs, "streams", profile)
             else:

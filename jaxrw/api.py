@@ -36,6 +36,7 @@ from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
+from .schedule.xla_modes import XLA_MODES, TopLevel, jit_mode
 from .signature import leaf_key, leaf_owners, spec, static_key
 from .tolerance import relative_error, tolerance
 
@@ -64,10 +65,13 @@ class _BuildOutside(Exception):
     """Raised inside the fast path's trace for a signature that must be built, or run, outside it."""
 
 
-def _needs_python(entry: _Entry) -> bool:
+def _needs_python(entry: _Entry, fast_mode: str = "xla") -> bool:
     """Whether a signature's program runs through `entry.call` on the Python call path: a hoisted
-    program (prologue cached by identity) or one that schedule="auto"/"streams" scheduled."""
-    return (isinstance(entry.call, HoistedCall) and not entry.handed_off) or entry.schedule != "xla"
+    program (prologue cached by identity), a thunky schedule, or an XLA mode (compiler options)
+    other than the one the fast path's jit is compiled under (`fast_mode`)."""
+    if isinstance(entry.call, HoistedCall):
+        return not entry.handed_off or fast_mode != "xla"
+    return entry.schedule != fast_mode
 
 
 @dataclass(eq=False)  # hashable by identity, like a jitted function
@@ -99,6 +103,7 @@ class Optimized:
     _keep: bool = field(default=False, repr=False)  # keep each signature's RewriteResult (explain)
     _fast: Any = field(default=None, repr=False)  # jax.jit of `_inline` (see `_fast_path`)
     _fast_state: str = field(default="unknown", repr=False)  # "on", "off", "broken" or "disabled"
+    _fast_mode: str = field(default="xla", repr=False)  # the XLA mode `_fast` is compiled under
     # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
     # last hoisted signature called with them, so a call with cached slow arrays skips the full key
     _hot: dict[Any, tuple] = field(default_factory=dict, repr=False)
@@ -120,12 +125,15 @@ class Optimized:
         """A jax.jit of `_inline`. A new one after `_inline` raised _BuildOutside: jax's C++
         dispatch sends every later call of a signature whose first trace raised through Python
         (about 90 us a call on a CPU), so the jit that saw the raise is not kept."""
-        return jax.jit(
-            self._inline,
-            static_argnums=self.static_argnums,
-            static_argnames=self.static_argnames,
-            donate_argnums=self.donate_argnums,
-        )
+        kw = {
+            "static_argnums": self.static_argnums,
+            "static_argnames": self.static_argnames,
+            "donate_argnums": self.donate_argnums,
+        }
+        plain = jax.jit(self._inline, **kw)
+        if self._fast_mode == "xla":
+            return plain
+        return TopLevel(jit_mode(self._inline, self._fast_mode, **kw), plain)
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -170,8 +178,12 @@ class Optimized:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-        if self._fast_state == "on" and _needs_python(entry):
-            self._fast_state = "off"  # its program runs through entry.call, not inlined
+        if self._fast_state == "on" and _needs_python(entry, self._fast_mode):
+            if len(self._cache) == 1 and entry.schedule in XLA_MODES:
+                self._fast_mode = entry.schedule  # auto picked an XLA mode: the fast path's jit takes it
+                self._fast = self._new_fast()
+            else:
+                self._fast_state = "off"  # its program runs through entry.call, not inlined
         if entry.fallback is not None or entry.handed_off:
             return self._jitted(*args, **kwargs)
         if entry.schedule != "xla" and entry.fn is not None and any(map(compat.is_tracer, leaves)):
@@ -233,7 +245,8 @@ class Optimized:
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         key = (in_tree, tuple(leaf_key(x) for x in leaves), statics)
         entry = self._cache.get(key)
-        if (entry is None and self._build_outside()) or (entry is not None and _needs_python(entry)):
+        python = entry is not None and _needs_python(entry, self._fast_mode)
+        if python or (entry is None and self._build_outside()):
             raise _BuildOutside()  # __call__ takes its own path (and builds there)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
@@ -251,7 +264,7 @@ class Optimized:
             return out
         entry.handed_off = True
         log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", _name(self.fn))
-        python = any(map(_needs_python, self._cache.values()))
+        python = any(_needs_python(e, self._fast_mode) for e in self._cache.values())
         if self._fast_state == "off" and self._fast_path() and not python:
             self._fast_state, self._hot_path = "on", None
             self._hot.clear()
@@ -406,30 +419,17 @@ class Optimized:
         kept = (closed, result, profile) if self._keep else None
         donate = tuple(i for i, o in enumerate(owners) if o in self.donate_argnums)
         hoisted = getattr(result.fn, "hoisted", None)
-        if hoisted is not None:
-            call = HoistedCall(hoisted, donate)  # prologue and main run under XLA's schedule
-        else:
-            from .schedule import (
-                ScheduleUnavailableError,
-                cuda_available,
-                python_path_overhead_s,
-                schedule_selection,
-            )
+        from .schedule import ScheduleUnavailableError, choice
 
+        if hoisted is not None:  # the main program stays a plain jit behind the identity check
+            mode, why = choice.for_hoisted(self.schedule, hoisted, specs, leaves, self.schedule_memory_slack)
+            call = HoistedCall(hoisted, donate, mode)
+            report.schedule = f"{mode}: {why}"
+        else:
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
-            # under a trace (an outer jit/grad/vmap) nothing can be timed: XLA's schedule
-            mode, why = self.schedule, ""
-            if mode == "auto" and any(map(compat.is_tracer, leaves)):
-                mode, why = "xla", "no CUDA device" if not cuda_available() else "built under a trace"
             try:
-                chosen = schedule_selection(
-                    mode,
-                    fn,
-                    specs,
-                    donate,
-                    profile,
-                    memory_slack=self.schedule_memory_slack,
-                    call_overhead=python_path_overhead_s,
+                chosen, why = choice.for_program(
+                    self.schedule, fn, specs, leaves, donate, profile, self.schedule_memory_slack
                 )
             except ScheduleUnavailableError:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here

@@ -41,7 +41,8 @@ class HoistedCall:
     Slow leaves that are tracers (jit/grad/vmap with respect to the parameters) run the prologue
     as ordinary traced computation and are never cached."""
 
-    def __init__(self, hoisted: Any, donate: tuple[int, ...]):
+    def __init__(self, hoisted: Any, donate: tuple[int, ...], mode: str = "xla"):
+        self.mode = mode  # XLA's schedule for the main program's top-level calls (schedule.xla_modes)
         self.slow = hoisted.slow
         self.nbytes = hoisted.nbytes
         self.used = hoisted.main_args
@@ -49,7 +50,8 @@ class HoistedCall:
         self._pick_used = picker(self.used)
         self.prologue = jax.jit(hoisted.prologue)
         donate_used = tuple(k for k, i in enumerate(self.used) if i in donate)
-        self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)
+        self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)  # nestable in a trace
+        self.main_top = _tuned(self.main, hoisted.main_used, mode, donate_argnums=donate_used)
         self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
         self.values: list[Any] | None = None
         self._refs: list[weakref.ref] | None = None
@@ -62,8 +64,9 @@ class HoistedCall:
         self.ids = None
         self.values = None
 
-    def run(self, leaves: list[Any] | tuple[Any, ...], values: list[Any]) -> Any:
-        return self.main(*self._pick_used(leaves), *values)
+    def run(self, leaves: list[Any] | tuple[Any, ...], values: list[Any], nested: bool = False) -> Any:
+        """The main program; `nested`: inside another jit's trace (no compiler options there)."""
+        return (self.main if nested else self.main_top)(*self._pick_used(leaves), *values)
 
     def wants_direct(self, ids: tuple[int, ...]) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
@@ -83,7 +86,7 @@ class HoistedCall:
     def __call__(self, *leaves: Any) -> Any:
         slow = list(self.pick_slow(leaves))
         if any(compat.is_tracer(x) for x in slow):
-            return self.run(leaves, self.prologue(*slow))
+            return self.run(leaves, self.prologue(*slow), nested=True)
         ids = tuple(map(id, slow))
         self.seen, self.streak = ids, 0
         values = self.values
@@ -178,14 +181,24 @@ class _Layout:
                 leaf_key(x) != keys[i] for i, x in enumerate(leaves) if i not in hoisted_flat or i in fill
             ):
                 raise mismatch()
-            return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
+            return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values, nested=True))
 
-        return jax.jit(
-            body,
-            static_argnums=self.shifted(opt.static_argnums),
-            static_argnames=opt.static_argnames,
-            donate_argnums=self.shifted(opt.donate_argnums),
-        )
+        kw = {
+            "static_argnums": self.shifted(opt.static_argnums),
+            "static_argnames": opt.static_argnames,
+            "donate_argnums": self.shifted(opt.donate_argnums),
+        }
+        return _tuned(jax.jit(body, **kw), body, h.mode, **kw)
+
+
+def _tuned(plain: Any, fn: Callable, mode: str, **jit_kwargs: Any) -> Any:
+    """`plain` (a jax.jit of fn) where mode is XLA's default; else fn compiled under that XLA mode,
+    falling back to `plain` inside another jit's trace (which rejects compiler options)."""
+    if mode == "xla":
+        return plain
+    from .schedule.xla_modes import TopLevel, jit_mode
+
+    return TopLevel(jit_mode(fn, mode, **jit_kwargs), plain)
 
 
 _SLOT = object()  # a hoisted leaf inside the main program's jit that is not passed to it

@@ -213,9 +213,9 @@ def _count_runs(call: HoistedCall) -> list[int]:
     """Counts Python-level runs of the main program (the hot path runs it only when tracing)."""
     runs, run = [0], call.run
 
-    def counted(*a):
+    def counted(*a, **kw):
         runs[0] += 1
-        return run(*a)
+        return run(*a, **kw)
 
     call.run = counted
     return runs

@@ -38,9 +38,11 @@ from .thunky import (
     schedule_program,
     schedule_selection,
     select,
+    select_xla_mode,
     thunky_available,
 )
 from .validate import PlanError, ValidationReport, check, simulate, validate
+from .xla_modes import XLA_MODES, TopLevel, jit_mode
 
 __all__ = [
     "MODES",
@@ -71,6 +73,10 @@ __all__ = [
     "schedule_selection",
     "python_path_overhead_s",
     "select",
+    "select_xla_mode",
+    "XLA_MODES",
+    "TopLevel",
+    "jit_mode",
     "Selection",
     "thunky_available",
     "cuda_available",

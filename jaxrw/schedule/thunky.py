@@ -5,9 +5,9 @@ hold an output in place), one `thunky.jit` body that runs the plan's steps (`cal
 views of the buffers; `async_start`/`async_done` for side streams), and the outputs read back.
 `choose` is the policy: "xla" never uses thunky; "streams" always does and raises where it cannot;
 "auto" uses it only on CUDA with thunky present and a predicted gain, confirmed by a measurement.
-`select` (behind `apply(mode="auto")`) also weighs XLA's own concurrency: the same jit compiled with
-concurrent command-buffer regions, a CUDA graph whose independent small kernels may overlap; it is
-tried where the plan predicts the branches overlap, and kept only when measured faster.
+`select` (behind `apply(mode="auto")`) also weighs XLA's own command-buffer modes (xla_modes.py:
+every kernel run recorded into a CUDA graph, and those graphs' independent kernels overlapped),
+timed on the device and kept only when measured faster.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from ..errors import check_choice
 from ..rewrite.profiles import Profile, default_profile
 from .plan import H200_STREAMS, Plan, ScheduleError, ScheduleUnavailableError, StreamCosts, plan_program
 from .validate import check
+from .xla_modes import XLA_MODES, jit_mode
 
 __all__ = [
     "Selection",
     "select",
+    "select_xla_mode",
     "MODES",
     "Decision",
     "Scheduled",
@@ -282,14 +284,6 @@ def schedule_program(
     return Scheduled(emit(plan, donate, out_tree), fallback, plan, decision)
 
 
-# XLA's own concurrency: command buffers (CUDA graphs) whose independent small kernels may overlap
-# XLA's command-buffer (CUDA graph) scheduling modes: CONCURRENT lets independent kernels of the
-# graph overlap (1.2-2.4x on the H200's small-expert cases, at 1-40% more peak memory);
-# CONCURRENT_REGIONS measured no gain there (bench/README.md, scheduler section).
-XLA_CONCURRENT = {"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT"}
-XLA_REGIONS = {"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT_REGIONS"}
-
-
 def apply(mode: str, fn: Callable, flat_specs: Sequence[Any], *args: Any, **kwargs: Any) -> Callable:
     """The scheduled program for `fn`, else `jax.jit(fn, donate_argnums=donate)`: the callable
     `schedule_selection` (same arguments) picks."""
@@ -308,17 +302,17 @@ def schedule_selection(
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
 ) -> Selection:
-    """What optimize() calls: which program runs `fn` ("xla", "thunky" or "xla-concurrent") and
+    """What optimize() calls: which program runs `fn` ("xla", "thunky" or an XLA mode) and
     the callable.
 
     "xla": the plain jit. "streams": the thunky program (raises ScheduleUnavailableError without
     thunky or CUDA). "auto": off CUDA the plain jit; on CUDA the fastest of the plain jit, the thunky
-    program (when it is predicted to gain) and, with `concurrent_xla`, XLA compiled with concurrent
-    command-buffer regions (when the branches are predicted to overlap), timed on random inputs;
+    program (when it is predicted to gain) and, with `concurrent_xla`, the jit compiled under XLA's
+    command-buffer modes (`XLA_MODES`), timed on random inputs;
     a candidate must be 3% faster and use no more peak memory than the plain jit, plus
     `memory_slack` (a fraction: 0.05 allows 5% more). `call_overhead()`: the extra host seconds
     per call of the path a candidate runs on (optimize's Python path; the plain jit takes jax's
-    C++ dispatch), added to each candidate's measured time."""
+    C++ dispatch), added to the thunky candidate's measured time (XLA's modes keep that dispatch)."""
     check_choice("schedule", mode, MODES)
     plain = jax.jit(fn, donate_argnums=tuple(donate))
     if mode == "xla":
@@ -359,7 +353,7 @@ def python_path_overhead_s() -> float:
 
 @dataclass(frozen=True)
 class Selection:
-    """What `auto` picked: "xla", "thunky" or "xla-concurrent", the callable, and why."""
+    """What `auto` picked: "xla", "thunky" or a key of XLA_MODES, the callable, and why."""
 
     choice: str
     fn: Callable
@@ -383,39 +377,59 @@ def select(
     if not cuda_available():
         return Selection("xla", plain, "no CUDA device")
     profile = profile or default_profile(compat.device_kind())
+    closed, shape = jax.make_jaxpr(fn, return_shape=True)(*flat_specs)
+    out_tree = jax.tree_util.tree_structure(shape)
     try:
-        closed, shape = jax.make_jaxpr(fn, return_shape=True)(*flat_specs)
-        plan = plan_program(closed, profile, donate=tuple(donate))
+        plan: Plan | None = plan_program(closed, profile, donate=tuple(donate))
         check(plan)
     except ScheduleError as e:
-        return Selection("xla", plain, str(e))
-    out_tree = jax.tree_util.tree_structure(shape)
+        plan, unplanned = None, str(e)
     costs = H200_STREAMS
     trial: dict[str, Callable] = {}
     final: dict[str, Callable[[], Callable]] = {}
     predicted: dict[str, float] = {}
-    thunky_decision = choose("auto", plan, costs=costs)
-    if thunky_decision.use_thunky and plan.regions:
+    thunky_decision = choose("auto", plan, costs=costs) if plan else Decision(False, unplanned)
+    if plan and thunky_decision.use_thunky and plan.regions:
         trial["thunky"] = emit(plan, (), out_tree)
         final["thunky"] = lambda: Scheduled(emit(plan, donate, out_tree), plain, plan, thunky_decision)
         predicted["thunky"] = plan.thunky_s
-    if concurrent_xla and plan.overlap_s < plan.xla_s * (1 - costs.min_gain):
-        trial["xla-concurrent"] = jax.jit(fn, compiler_options=XLA_CONCURRENT)
-        final["xla-concurrent"] = lambda: jax.jit(
-            fn, donate_argnums=tuple(donate), compiler_options=XLA_CONCURRENT
-        )
-        predicted["xla-concurrent"] = plan.overlap_s
-    if not trial:
-        return Selection("xla", plain, f"no predicted gain ({thunky_decision.reason})")
+    if concurrent_xla:  # XLA's command-buffer modes: no plan predicts host launch time; measured
+        for mode in XLA_MODES:
+            trial[mode] = jit_mode(fn, mode)
+            final[mode] = functools.partial(jit_mode, fn, mode, donate)
+        if plan and plan.overlap_s < plan.xla_s * (1 - costs.min_gain):
+            predicted["xla-concurrent"] = plan.overlap_s
     if not measure:
+        if not plan or not predicted:
+            return Selection("xla", plain, f"no predicted gain ({thunky_decision.reason})")
         name = min(predicted, key=predicted.__getitem__)
         return Selection(name, final[name](), f"predicted {plan.xla_s / predicted[name]:.2f}x")
+    if not trial:
+        return Selection("xla", plain, f"no predicted gain ({thunky_decision.reason})")
     picked = _pick(
-        jax.jit(fn), trial, flat_specs, _name(fn), memory_slack=memory_slack, call_overhead=call_overhead
+        jax.jit(fn),
+        trial,
+        flat_specs,
+        _name(fn),
+        memory_slack=memory_slack,
+        call_overhead=call_overhead,
+        charged=("thunky",),
     )
     if picked is None:
         return Selection("xla", plain, f"measured no gain from {', '.join(trial)}")
     return Selection(picked[0], final[picked[0]](), f"measured {picked[1]:.2f}x")
+
+
+def select_xla_mode(fn: Callable, flat_specs: Sequence[Any], memory_slack: float = 0.0) -> tuple[str, str]:
+    """(mode, why) for a program that must stay a plain jit (a hoisted signature's main program):
+    "xla" or the XLA command-buffer mode measured fastest on this CUDA device."""
+    if not cuda_available():
+        return "xla", "no CUDA device"
+    trial = {mode: jit_mode(fn, mode) for mode in XLA_MODES}
+    picked = _pick(jax.jit(fn), trial, flat_specs, _name(fn), memory_slack=memory_slack)
+    if picked is None:
+        return "xla", f"measured no gain from {', '.join(trial)}"
+    return picked[0], f"measured {picked[1]:.2f}x"
 
 
 def _name(fn: Callable) -> str:
@@ -468,12 +482,13 @@ def _pick(
     rounds: int = 7,
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
+    charged: Sequence[str] | None = None,
 ) -> tuple[str, float] | None:
     """The candidate measurably faster than `base` (by MEASURED_MARGIN, with a peak memory at most
     `memory_slack` above base's) and its speedup, or None. Timed interleaved on random inputs
     after warm-up; each candidate also pays `call_overhead()` seconds per call: the host time of
     the call path it needs and `base` does not (a 3% faster program is no gain when each call
-    costs ~10 µs more to issue)."""
+    costs ~10 µs more to issue); `charged` names the candidates that pay it (default: all)."""
     args = random_inputs(flat_specs)
     base_peak = peak_bytes(base, args)
     want = jax.tree_util.tree_leaves(base(*args))
@@ -512,7 +527,7 @@ def _pick(
             times[label].append(time_call(f, args, calls))
     med = {k: float(np.median(v)) for k, v in times.items()}
     extra = call_overhead() if call_overhead is not None else 0.0
-    med.update({k: med[k] + extra for k in ok})
+    med.update({k: med[k] + extra for k in ok if charged is None or k in charged})
     best = min(ok, key=med.__getitem__)
     log.info(
         "jaxrw: %s measured (µs, candidates with %.1f µs of call path): %s",

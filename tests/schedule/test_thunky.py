@@ -26,6 +26,7 @@ from jaxrw.schedule import (
     thunky_available,
 )
 from jaxrw.schedule import thunky as sched_thunky
+from jaxrw.schedule.xla_modes import XLA_MODES, TopLevel
 
 from .programs import PROGRAMS, cell, donated, experts_packed, flat, specs_of
 
@@ -238,7 +239,7 @@ def test_auto_survives_a_candidate_that_fails(monkeypatch, caplog):
 
 def test_concurrent_xla_options_compile():
     fn, args, _ = cell(np.random.default_rng(0))
-    f = jax.jit(fn, compiler_options=sched_thunky.XLA_CONCURRENT)
+    f = jax.jit(fn, compiler_options=XLA_MODES["xla-concurrent"])
     np.testing.assert_allclose(f(*args), fn(*args), rtol=1e-5)
 
 
@@ -309,12 +310,37 @@ def test_auto_keeping_xla_uses_the_fast_path(monkeypatch):
 
 
 def test_auto_choosing_a_schedule_runs_it(monkeypatch):
-    calls = _auto_on_cuda(monkeypatch, "xla-concurrent")
+    calls = _auto_on_cuda(monkeypatch, "thunky")
     opt = jaxrw.optimize(_two_step)
     _called_three_times(opt)
     assert calls["select"] == 1 and calls["scheduled"] == 3
     assert opt._fast_state == "off"
-    assert opt.report(jnp.ones((4, 8)), jnp.full((8, 8), 0.1)).schedule == "xla-concurrent: test"
+    assert opt.report(jnp.ones((4, 8)), jnp.full((8, 8), 0.1)).schedule == "thunky: test"
+
+
+def test_auto_choosing_an_xla_mode_keeps_jax_dispatch(monkeypatch):
+    # an XLA command-buffer mode is compiler options on a plain jit: the fast path's jit is compiled
+    # with them (C++ dispatch, no Python per call); the first call ran the selected program itself
+    calls = _auto_on_cuda(monkeypatch, "xla-graphs")
+    opt = jaxrw.optimize(_two_step)
+    _called_three_times(opt)
+    assert calls["select"] == 1 and calls["scheduled"] == 1
+    assert opt._fast_state == "on" and opt._fast_mode == "xla-graphs"
+    assert isinstance(opt._fast, TopLevel)
+    x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
+    tuned, plain = (f.lower(x, w).as_text() for f in (opt._fast.tuned, opt._fast.plain))
+    assert tuned == plain  # the same program; only how XLA launches it differs
+    # the options cannot be nested in another jit: under jit/grad the plain twin is traced in
+    np.testing.assert_allclose(jax.jit(opt)(x, w), jax.jit(_two_step)(x, w), rtol=1e-6)
+    g = jax.grad(lambda x, w: opt(x, w).sum())(x, w)
+    np.testing.assert_allclose(g, jax.grad(lambda x, w: _two_step(x, w).sum())(x, w), rtol=1e-5)
+    # a second signature measured best under XLA's default schedule leaves the fast path's options
+    # to the first: it runs its own program on the Python path
+    calls_xla = _auto_on_cuda(monkeypatch, "xla")
+    x2 = jnp.ones((2, 8))
+    np.testing.assert_allclose(opt(x2, w), jax.jit(_two_step)(x2, w), rtol=1e-6)
+    assert calls_xla["select"] == 1 and opt._fast_state == "off"
+    np.testing.assert_allclose(opt(x, w), jax.jit(_two_step)(x, w), rtol=1e-6)
 
 
 def test_auto_under_an_outer_jit_does_not_time(monkeypatch):

@@ -1,0 +1,85 @@
+"""Which schedule runs a signature optimize() built: its `schedule` option applied to one program.
+
+`for_program` serves a plain (not hoisted) program: "xla", "streams" or auto's measured choice
+(thunky.schedule_selection). `for_hoisted` serves a hoisted signature's main program, which stays a
+plain jit behind the identity check: XLA's schedule or one of XLA's command-buffer modes, timed.
+Under a trace (an outer jit/grad/vmap) nothing concrete can be timed: XLA's schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from .. import compat
+from ..rewrite.profiles import Profile
+from .thunky import Selection, python_path_overhead_s, select_xla_mode
+
+__all__ = ["for_program", "for_hoisted"]
+
+log = logging.getLogger("jaxrw")
+
+
+def _package() -> Any:
+    """jaxrw.schedule, whose names are looked up per build (tests stand in a GPU or a fault there)."""
+    from .. import schedule
+
+    return schedule
+
+
+def _untimed(mode: str, leaves: Sequence[Any]) -> str:
+    """Why auto cannot time candidates for this signature here ("" when it can)."""
+    if mode != "auto":
+        return ""
+    if not _package().cuda_available():
+        return "no CUDA device"
+    return "built under a trace" if any(map(compat.is_tracer, leaves)) else ""
+
+
+def for_program(
+    mode: str,
+    fn: Callable,
+    specs: Sequence[Any],
+    leaves: Sequence[Any],
+    donate: Sequence[int],
+    profile: Profile | None,
+    memory_slack: float,
+) -> tuple[Selection, str]:
+    """(auto's or the asked-for selection, why when auto could not time). Raises what
+    schedule_selection raises (ScheduleUnavailableError for "streams" where it cannot run)."""
+    why = _untimed(mode, leaves)
+    if why:
+        mode = "xla"
+    chosen = _package().schedule_selection(
+        mode,
+        fn,
+        specs,
+        donate,
+        profile,
+        memory_slack=memory_slack,
+        call_overhead=python_path_overhead_s,
+    )
+    return chosen, why
+
+
+def for_hoisted(
+    mode: str, hoisted: Any, specs: Sequence[Any], leaves: Sequence[Any], memory_slack: float
+) -> tuple[str, str]:
+    """(XLA mode for the main program, why). Only auto times anything; thunky streams are not
+    used for hoisted programs (their prologue values are cached outside any schedule)."""
+    if mode != "auto":
+        return "xla", "hoisted: XLA's schedule" if mode == "streams" else "asked for"
+    why = _untimed(mode, leaves)
+    if why:
+        return "xla", why
+    used = [specs[i] for i in hoisted.main_args]
+    try:
+        values = jax.eval_shape(hoisted.prologue, *[specs[i] for i in hoisted.slow])
+        main_specs = [*used, *(jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values)]
+        return select_xla_mode(hoisted.main_used, main_specs, memory_slack)
+    except Exception as e:  # noqa: BLE001 - timing is optional: XLA's schedule always works
+        log.warning("jaxrw: could not time schedules of a hoisted program (%s: %s)", type(e).__name__, e)
+        return "xla", f"not timed ({type(e).__name__})"

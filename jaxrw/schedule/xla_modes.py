@@ -1,0 +1,62 @@
+"""XLA's own GPU schedules that `schedule="auto"` weighs: command-buffer (CUDA graph) settings.
+
+XLA:GPU records runs of at least `xla_gpu_graph_min_graph_size` (default 5) capturable kernels
+into CUDA graphs and launches the rest one by one from the host. Programs of many small kernels
+(decode steps, small GEMM chains) are bound by those launches on the H200's host: recording every
+run ("xla-graphs") measured 1.1-1.3x on small matvec cases, and letting the graph's independent
+kernels overlap as well ("xla-concurrent") 1.3-1.4x on the llama2.c decode step
+(bench/README.md, "XLA's command buffers"). Neither changes the arithmetic: the same HLO runs,
+launched differently. Options passed to a jit cannot be nested in another jit's trace
+(`TopLevel` keeps such calls on the plain program).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+__all__ = ["XLA_MODES", "XLA_REGIONS", "jit_mode", "TopLevel", "is_nested_options_error"]
+
+XLA_MODES: dict[str, dict[str, Any]] = {
+    "xla-graphs": {"xla_gpu_graph_min_graph_size": 1},
+    "xla-concurrent": {
+        "xla_gpu_command_buffer_scheduling_mode": "CONCURRENT",
+        "xla_gpu_graph_min_graph_size": 1,
+    },
+}
+# concurrent regions only: measured no gain on the H200's expert cases (kept for bench/schedule_h200.py)
+XLA_REGIONS = {"xla_gpu_command_buffer_scheduling_mode": "CONCURRENT_REGIONS"}
+
+
+def jit_mode(fn: Callable, mode: str, donate: Sequence[int] = (), **jit_kwargs: Any) -> Any:
+    """jax.jit of `fn` compiled under XLA mode `mode` ("xla" or a key of XLA_MODES)."""
+    options = XLA_MODES.get(mode)
+    if options:
+        jit_kwargs["compiler_options"] = options
+    jit_kwargs.setdefault("donate_argnums", tuple(donate))
+    return jax.jit(fn, **jit_kwargs)
+
+
+def is_nested_options_error(e: BaseException) -> bool:
+    """The error jax raises when a jit with compiler options is traced inside another jit."""
+    return isinstance(e, ValueError) and "can only be passed to top-level" in str(e)
+
+
+class TopLevel:
+    """Calls `tuned` (a jit with compiler options); inside another jit's trace, where jax rejects
+    those options, calls `plain` (the same program without them) instead."""
+
+    __slots__ = ("tuned", "plain")
+
+    def __init__(self, tuned: Callable, plain: Callable):
+        self.tuned, self.plain = tuned, plain
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.tuned(*args, **kwargs)
+        except ValueError as e:
+            if not is_nested_options_error(e):
+                raise
+            return self.plain(*args, **kwargs)

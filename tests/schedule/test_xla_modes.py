@@ -1,0 +1,129 @@
+"""XLA's command-buffer modes as schedule="auto" candidates: selection, hoisted programs, nesting.
+
+No GPU here: CUDA is stood in where auto would time candidates, and XLA:CPU accepts (and ignores)
+the GPU options, so the programs compiled under each mode run and are compared with jax.jit's."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrw
+import jaxrw.schedule
+from jaxrw.hoist import HoistedCall
+from jaxrw.schedule import choice
+from jaxrw.schedule import thunky as sched_thunky
+from jaxrw.schedule.xla_modes import XLA_MODES, TopLevel, is_nested_options_error, jit_mode
+
+
+def _chain(x, w):
+    return jnp.tanh((x @ w) @ w) + x
+
+
+def _args():
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((4, 16)).astype(np.float32))
+    w = jnp.asarray(rng.standard_normal((16, 16)).astype(np.float32) / 4)
+    return x, w
+
+
+@pytest.mark.parametrize("mode", sorted(XLA_MODES))
+def test_every_mode_compiles_the_same_program(mode):
+    x, w = _args()
+    tuned, plain = jit_mode(_chain, mode), jax.jit(_chain)
+    assert tuned.lower(x, w).as_text() == plain.lower(x, w).as_text()
+    np.testing.assert_array_equal(tuned(x, w), plain(x, w))
+
+
+def test_top_level_falls_back_to_the_plain_program_only_inside_a_trace():
+    x, w = _args()
+    tuned = jit_mode(_chain, "xla-graphs")
+    with pytest.raises(ValueError) as info:  # what jax does with the options inside another jit
+        jax.jit(lambda x, w: tuned(x, w) + 1)(x, w)
+    assert is_nested_options_error(info.value)
+    f = TopLevel(tuned, jax.jit(_chain))
+    np.testing.assert_allclose(jax.jit(lambda x, w: f(x, w) + 1)(x, w), _chain(x, w) + 1, rtol=1e-6)
+    np.testing.assert_allclose(f(x, w), _chain(x, w), rtol=1e-6)
+
+    def broken(*a):
+        raise ValueError("another fault")
+
+    with pytest.raises(ValueError, match="another fault"):  # other errors are not swallowed
+        TopLevel(broken, jax.jit(_chain))(x, w)
+
+
+def test_auto_times_every_xla_mode_and_charges_the_python_path_to_thunky_only(monkeypatch):
+    monkeypatch.setattr(sched_thunky, "cuda_available", lambda: True)
+    monkeypatch.setattr(sched_thunky, "thunky_available", lambda: False)
+    seen = {}
+
+    def pick(base, trial, specs, name, **kw):
+        seen.update(trial=sorted(trial), charged=kw.get("charged"))
+        return "xla-graphs", 1.2
+
+    monkeypatch.setattr(sched_thunky, "_pick", pick)
+    x, w = _args()
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, w)]
+    sel = sched_thunky.select(_chain, specs)
+    assert seen == {"trial": sorted(XLA_MODES), "charged": ("thunky",)}
+    assert sel.choice == "xla-graphs" and sel.reason == "measured 1.20x"
+    np.testing.assert_allclose(sel.fn(x, w), _chain(x, w), rtol=1e-6)
+
+
+def test_select_xla_mode_times_for_real_and_answers_a_mode(monkeypatch):
+    monkeypatch.setattr(sched_thunky, "cuda_available", lambda: True)
+    x, w = _args()
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, w)]
+    mode, why = sched_thunky.select_xla_mode(_chain, specs)
+    assert mode in ("xla", *XLA_MODES) and why.startswith(("measured", "measured no gain"))
+    monkeypatch.setattr(sched_thunky, "cuda_available", lambda: False)
+    assert sched_thunky.select_xla_mode(_chain, specs) == ("xla", "no CUDA device")
+
+
+def _hoisted(params, x):
+    return jnp.tanh(x @ (params["A"] @ params["B"]))
+
+
+def _params():
+    rng = np.random.default_rng(1)
+    return {k: jnp.asarray(rng.standard_normal((16, 16)).astype(np.float32) / 4) for k in "AB"}
+
+
+def test_a_hoisted_main_program_runs_under_the_mode_auto_measured(monkeypatch):
+    monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
+    monkeypatch.setattr(choice, "select_xla_mode", lambda fn, specs, slack=0.0: ("xla-concurrent", "test"))
+    p, (x, _) = _params(), _args()
+    opt = jaxrw.optimize(_hoisted, hoist_argnums=0)
+    want = jax.jit(_hoisted)(p, x)
+    for _ in range(3):  # built, then cached: the hot path's jit carries the mode
+        np.testing.assert_allclose(opt(p, x), want, rtol=1e-5, atol=1e-6)
+    (entry,) = opt._cache.values()
+    assert isinstance(entry.call, HoistedCall) and entry.call.mode == "xla-concurrent"
+    assert isinstance(entry.call.main_top, TopLevel) and isinstance(opt._hot_path.call, TopLevel)
+    assert entry.report.schedule == "xla-concurrent: test"
+    np.testing.assert_allclose(opt.bind(p, x)(x), want, rtol=1e-5, atol=1e-6)
+    # under an outer jit (the cached values with traced other arguments) and under grad
+    np.testing.assert_allclose(jax.jit(lambda x: opt(p, x))(x), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jax.jit(opt.bind(p, x))(x), want, rtol=1e-5, atol=1e-6)
+    g = jax.grad(lambda p: opt(p, x).sum())(p)
+    g_want = jax.grad(lambda p: _hoisted(p, x).sum())(p)
+    for k in p:
+        np.testing.assert_allclose(g[k], g_want[k], rtol=1e-4, atol=1e-5)
+
+
+def test_hoisted_programs_without_cuda_or_under_a_trace_keep_xla(monkeypatch):
+    p, (x, _) = _params(), _args()
+    opt = jaxrw.optimize(_hoisted, hoist_argnums=0)
+    opt(p, x)
+    (entry,) = opt._cache.values()
+    assert entry.call.mode == "xla" and entry.report.schedule == "xla: no CUDA device"
+    monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
+    traced = jaxrw.optimize(_hoisted, hoist_argnums=0)
+    jax.jit(traced)(p, x)
+    (entry,) = traced._cache.values()
+    assert entry.report.schedule == "xla: built under a trace"
+    asked = jaxrw.optimize(_hoisted, hoist_argnums=0, schedule="xla")
+    asked(p, x)
+    assert next(iter(asked._cache.values())).report.schedule == "xla: asked for"
