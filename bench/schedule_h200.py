@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from jaxrw.rewrite.profiles import default_profile  # noqa: E402
 from jaxrw.schedule import Scheduled, plan_program, schedule_program, select  # noqa: E402
-from jaxrw.schedule.thunky import random_inputs, time_call  # noqa: E402
+from jaxrw.schedule.timing import random_inputs, time_call  # noqa: E402
 from jaxrw.schedule.xla_modes import XLA_MODES, XLA_REGIONS  # noqa: E402
 
 BUDGET_S = 6 * 60  # stop starting new cases after this (the whole run must stay under 8 minutes)

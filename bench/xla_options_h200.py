@@ -53,7 +53,10 @@ def _per_call(fn, args, calls: int) -> float:
 
 def _counts(compiled) -> dict:
     text = compiled.as_text()
+    m = compiled.memory_analysis()
+    peak = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
     return {
+        "peak_mib": peak / 2**20,
         "fusions": len(re.findall(r"= \S+ fusion\(", text)),
         "custom_calls": len(re.findall(r"custom-call\(", text)),
         "copies": len(re.findall(r"= \S+ copy\(", text)),
@@ -84,6 +87,9 @@ def run_case(name: str, dtype: str, calls: int, repeats: int, size: str = "large
 
         rw = optimize(inst.fn, **inst.opt_kwargs)
         jax.block_until_ready(rw(*args))
+        slack = optimize(inst.fn, schedule_memory_slack=0.25, **inst.opt_kwargs)
+        jax.block_until_ready(slack(*args))
+        schedules = {"jaxrw": rw.report(*args).schedule, "jaxrw slack 0.25": slack.report(*args).schedule}
         plain = programs["jit / default"][0]
 
         def checked(*a):  # jax.jit behind the Python a hoisted call does: flatten, ids, compare
@@ -96,10 +102,14 @@ def run_case(name: str, dtype: str, calls: int, repeats: int, size: str = "large
         for key, f, a in (
             ("jaxrw direct", rw, args),
             ("jaxrw bound", rw.bind(*args), args[1:]),
+            ("jaxrw direct, slack 0.25", slack, args),
+            ("jaxrw bound, slack 0.25", slack.bind(*args), args[1:]),
             ("jit behind an id check", checked, args),
         ):
-            unknown = {"fusions": -1, "custom_calls": -1, "copies": -1}
+            unknown = {"peak_mib": -1.0, "fusions": -1, "custom_calls": -1, "copies": -1}
             programs[f"jit / {key}"] = (f, a, jax.block_until_ready(f(*a)), unknown)
+    else:
+        schedules = {}
     ref = {who: programs[f"{who} / default"][2] for who in ("jit", "hand") if f"{who} / default" in programs}
     for f, a, _, _ in programs.values():  # warm
         _per_call(f, a, 20)
@@ -120,7 +130,7 @@ def run_case(name: str, dtype: str, calls: int, repeats: int, size: str = "large
             "max_abs_diff_vs_default": diff,
             **counts,
         }
-    return {"case": name, "dtype": dtype, "rows": rows, "errors": errors}
+    return {"case": name, "dtype": dtype, "rows": rows, "errors": errors, "schedules": schedules}
 
 
 def main() -> None:
@@ -141,10 +151,12 @@ def main() -> None:
             print(
                 f"{name:18s} {k:34s} {row['median_us']:9.1f} us  "
                 f"{(base / row['median_us']) if base else float('nan'):5.2f}x  "
-                f"fus {row['fusions']:4d} cc {row['custom_calls']:3d} "
+                f"peak {row['peak_mib']:7.1f} MiB fus {row['fusions']:4d} cc {row['custom_calls']:3d} "
                 f"diff {row['max_abs_diff_vs_default']:.1e}",
                 flush=True,
             )
+        for k, v in r["schedules"].items():
+            print(f"{name:18s} {k:34s} schedule {v}", flush=True)
         for k, e in r["errors"].items():
             print(f"{name:18s} {k:34s} ERROR {e}", flush=True)
     if a.json:

@@ -26,6 +26,7 @@ from jaxrw.schedule import (
     thunky_available,
 )
 from jaxrw.schedule import thunky as sched_thunky
+from jaxrw.schedule import timing as sched_timing
 from jaxrw.schedule.xla_modes import XLA_MODES, TopLevel
 
 from .programs import PROGRAMS, cell, donated, experts_packed, flat, specs_of
@@ -246,11 +247,11 @@ def test_concurrent_xla_options_compile():
 def test_auto_takes_a_faster_schedule_over_the_memory_bound_only_with_slack(monkeypatch):
     # a candidate 2x faster at 4% more peak memory: refused by default, taken with 5% slack
     base, fast = (lambda x: x + 1), (lambda x: x + 1)
-    monkeypatch.setattr(sched_thunky, "peak_bytes", lambda f, args: 104 if f is fast else 100)
-    monkeypatch.setattr(sched_thunky, "time_call", lambda f, args, calls=20: 1.0 if f is fast else 2.0)
+    monkeypatch.setattr(sched_timing, "peak_bytes", lambda f, args: 104 if f is fast else 100)
+    monkeypatch.setattr(sched_timing, "time_call", lambda f, args, calls=20: 1.0 if f is fast else 2.0)
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
-    assert sched_thunky._pick(base, {"xla-concurrent": fast}, specs, "f") is None
-    picked = sched_thunky._pick(base, {"xla-concurrent": fast}, specs, "f", memory_slack=0.05)
+    assert sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f") is None
+    picked = sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", memory_slack=0.05)
     assert picked is not None and picked[0] == "xla-concurrent" and picked[1] == pytest.approx(2.0)
 
 
@@ -374,12 +375,12 @@ def test_a_scheduled_signature_called_under_an_outer_jit_is_traced_in(monkeypatc
 def test_auto_charges_candidates_the_call_path_they_need(monkeypatch):
     # a candidate 10% faster on the device loses once its calls pay the Python path's host time
     base, fast = (lambda x: x + 1), (lambda x: x + 1)
-    monkeypatch.setattr(sched_thunky, "peak_bytes", lambda f, args: 100)
-    monkeypatch.setattr(sched_thunky, "time_call", lambda f, args, calls=20: 0.9e-5 if f is fast else 1.0e-5)
+    monkeypatch.setattr(sched_timing, "peak_bytes", lambda f, args: 100)
+    monkeypatch.setattr(sched_timing, "time_call", lambda f, args, calls=20: 0.9e-5 if f is fast else 1.0e-5)
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
-    picked = sched_thunky._pick(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 0.0)
+    picked = sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 0.0)
     assert picked is not None and picked[0] == "xla-concurrent"
-    assert sched_thunky._pick(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 2e-6) is None
+    assert sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 2e-6) is None
 
 
 def test_the_python_call_path_overhead_is_measured_once():

@@ -63,7 +63,7 @@ def test_auto_times_every_xla_mode_and_charges_the_python_path_to_thunky_only(mo
         seen.update(trial=sorted(trial), charged=kw.get("charged"))
         return "xla-graphs", 1.2
 
-    monkeypatch.setattr(sched_thunky, "_pick", pick)
+    monkeypatch.setattr(sched_thunky, "pick_fastest", pick)
     x, w = _args()
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, w)]
     sel = sched_thunky.select(_chain, specs)

@@ -1,0 +1,131 @@
+"""Timing candidate programs on the device for schedule="auto": random inputs, interleaved samples
+of a few milliseconds each, XLA's peak-memory estimate, and the pick with its margin."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .plan import ScheduleError
+
+__all__ = ["pick_fastest", "random_inputs", "time_call", "peak_bytes", "MEASURED_MARGIN", "SAMPLE_S"]
+
+log = logging.getLogger("jaxrw")
+MEASURED_MARGIN = 0.03  # auto keeps a candidate only when it measured at least this much faster
+SAMPLE_S = 0.003  # seconds per timed sample when auto compares candidate schedules
+
+
+def random_inputs(flat_specs: Sequence[Any], seed: int = 0) -> list[Any]:
+    """Fresh non-zero inputs matching `flat_specs` (floats normal, ints small, bools random)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in flat_specs:
+        dt = np.dtype(s.dtype)
+        if dt.kind == "f" or str(dt) == "bfloat16":
+            x = rng.standard_normal(s.shape).astype(np.float32)
+        elif dt.kind == "b":
+            x = rng.random(s.shape) < 0.5
+        elif dt.kind in "iu":
+            x = rng.integers(0, 8, s.shape)
+        else:
+            x = rng.standard_normal(s.shape)
+        out.append(jnp.asarray(x, dtype=dt))
+    return out
+
+
+def time_call(fn: Callable, args: Sequence[Any], calls: int = 20) -> float:
+    """Seconds per call: `calls` calls then one block_until_ready."""
+    t = time.perf_counter()
+    out = None
+    for _ in range(calls):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t) / calls
+
+
+def peak_bytes(jitted: Any, args: Sequence[Any]) -> int | None:
+    """Peak device memory of a jitted function from XLA's memory_analysis() (None if unknown)."""
+    try:
+        m = jitted.lower(*args).compile().memory_analysis()
+        used = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+        return int(used - m.alias_size_in_bytes)
+    except Exception:  # noqa: BLE001 - memory analysis is optional on some backends
+        return None
+
+
+def pick_fastest(
+    base: Callable,
+    trial: dict[str, Callable],
+    flat_specs: Sequence[Any],
+    name: str,
+    rounds: int = 7,
+    memory_slack: float = 0.0,
+    call_overhead: Callable[[], float] | None = None,
+    charged: Sequence[str] | None = None,
+    notes: list[str] | None = None,
+) -> tuple[str, float] | None:
+    """The candidate measurably faster than `base` (by MEASURED_MARGIN, with a peak memory at most
+    `memory_slack` above base's) and its speedup, or None. Timed interleaved on random inputs
+    after warm-up; each candidate also pays `call_overhead()` seconds per call: the host time of
+    the call path it needs and `base` does not (a 3% faster program is no gain when each call
+    costs ~10 µs more to issue); `charged` names the candidates that pay it (default: all).
+    `notes` collects what each candidate measured ("xla-graphs 0.99x", "... +12% peak memory")."""
+    notes = [] if notes is None else notes
+    args = random_inputs(flat_specs)
+    base_peak = peak_bytes(base, args)
+    want = jax.tree_util.tree_leaves(base(*args))
+    ok: dict[str, Callable] = {}
+    for label, f in trial.items():
+        try:
+            got = jax.tree_util.tree_leaves(f(*args))
+            if [g.shape for g in got] != [w.shape for w in want]:
+                raise ScheduleError("outputs differ in shape from jax.jit's")
+            peak = peak_bytes(f, args)
+            if base_peak is not None and peak is not None and peak > base_peak * (1 + memory_slack):
+                log.info(
+                    "jaxrw: %s: %s needs %d bytes, XLA %d (slack %g); not used",
+                    name,
+                    label,
+                    peak,
+                    base_peak,
+                    memory_slack,
+                )
+                notes.append(f"{label} +{peak / base_peak - 1:.0%} peak memory")
+                continue
+            time_call(f, args, 3)
+            ok[label] = f
+        except Exception as e:  # noqa: BLE001 - auto never breaks the program; it keeps XLA's schedule
+            log.warning(
+                "jaxrw: %s schedule of %s failed (%s: %s); not used", label, name, type(e).__name__, e
+            )
+            notes.append(f"{label} failed")
+    if not ok:
+        return None
+    # samples of at least ~3 ms each: 20 calls of a 40 µs program are too short a sample on a
+    # shared host (a noisy pick put a kept program 16% behind jax.jit in one H200 run)
+    calls = max(20, min(2000, int(SAMPLE_S / max(time_call(base, args, 3), 1e-7))))
+    times: dict[str, list[float]] = {k: [] for k in ["xla", *ok]}
+    for _ in range(rounds):
+        times["xla"].append(time_call(base, args, calls))
+        for label, f in ok.items():
+            times[label].append(time_call(f, args, calls))
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    extra = call_overhead() if call_overhead is not None else 0.0
+    med.update({k: med[k] + extra for k in ok if charged is None or k in charged})
+    best = min(ok, key=med.__getitem__)
+    log.info(
+        "jaxrw: %s measured (µs, candidates with %.1f µs of call path): %s",
+        name,
+        extra * 1e6,
+        ", ".join(f"{k} {v * 1e6:.1f}" for k, v in med.items()),
+    )
+    notes.extend(f"{k} {med['xla'] / med[k]:.2f}x" for k in ok)
+    if med[best] > med["xla"] * (1 - MEASURED_MARGIN):
+        return None
+    return best, med["xla"] / med[best]
