@@ -380,7 +380,10 @@ def test_auto_charges_candidates_the_call_path_they_need(monkeypatch):
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
     picked = sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 0.0)
     assert picked is not None and picked[0] == "xla-concurrent"
-    assert sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 2e-6) is None
+    assert (
+        sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 2e-6)
+        is None
+    )
 
 
 def test_the_python_call_path_overhead_is_measured_once():
