@@ -541,7 +541,7 @@ def optimize(
     `max_hoist_bytes` of kept values; arrays new on every call run jax.jit's program, and after
     16 such calls in a row the signature stays with it (`clear_cache()` hoists again).
     `schedule="auto"` takes a faster GPU schedule only if its peak memory is at most
-    `schedule_memory_slack` (a fraction, default 0) above XLA's.
+    `schedule_memory_slack` (a fraction, default 0) plus 1 MiB above XLA's.
     """
     check_choice("numerics", numerics, NUMERICS)
     check_choice("schedule", schedule, SCHEDULES)
