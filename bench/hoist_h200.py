@@ -77,7 +77,13 @@ def run_case(name: str, calls: int, repeats: int) -> dict:
     }
     counters = {k: getattr(h, k, None) for k in ("prologue_runs", "direct_runs")}
     counters["new-args handed off"] = entry.handed_off
-    return {"case": name, "variants": rec, "counters": counters, "hot_path": rw._hot_path is not None}
+    return {
+        "case": name,
+        "variants": rec,
+        "counters": counters,
+        "hot_path": rw._hot_path is not None,
+        "schedule": rw.report(*base).schedule,
+    }
 
 
 def main() -> None:
@@ -89,12 +95,18 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     out = {"device": str(jax.devices()[0]), "jax": jax.__version__, "cases": []}
-    for name in a.case:
-        out["cases"].append(run_case(name, a.calls, a.repeats))
-    for c in out["cases"]:
-        print(c["case"], c["counters"], "hot path" if c["hot_path"] else "no hot path")
+    for name in a.case:  # printed as each ends: a run cut short still says what it measured
+        c = run_case(name, a.calls, a.repeats)
+        out["cases"].append(c)
+        print(c["case"], c["counters"], "hot path" if c["hot_path"] else "no hot path", flush=True)
+        print("  schedule:", c["schedule"])
+        base = c["variants"]["jax.jit"]["total_us"]
         for k, v in c["variants"].items():
-            print(f"  {k:24s} issue {v['issue_us']:8.1f} us   total {v['total_us']:8.1f} us")
+            print(
+                f"  {k:24s} issue {v['issue_us']:8.1f} us   total {v['total_us']:8.1f} us"
+                f"   {base / v['total_us']:5.2f}x of jax.jit",
+                flush=True,
+            )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
