@@ -327,6 +327,7 @@ class Optimized:
         self._cache.clear()
         self._hot.clear()
         self._hot_path, self._hot_path_off = None, False
+        self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
         self._fast = self._new_fast()
 
     # -- internals --------------------------------------------------------------------------

@@ -25,9 +25,10 @@ from .. import compat
 from ..errors import check_choice
 from ..rewrite.profiles import Profile, default_profile
 from .plan import H200_STREAMS, Plan, ScheduleError, ScheduleUnavailableError, StreamCosts, plan_program
+from .program import build_program
 from .timing import pick_fastest
 from .validate import check
-from .xla_modes import XLA_MODES, jit_mode
+from .xla_modes import XLA_MODES, jit_mode, launch_s
 
 __all__ = [
     "Selection",
@@ -415,6 +416,8 @@ def select(
         call_overhead=call_overhead,
         charged=("thunky",),
         notes=notes,
+        launch_s=launch_s(plan.program) if plan else None,
+        launch_bound=tuple(XLA_MODES),
     )
     if picked is None:
         return Selection("xla", plain, f"measured no gain ({', '.join(notes)})")
@@ -428,7 +431,18 @@ def select_xla_mode(fn: Callable, flat_specs: Sequence[Any], memory_slack: float
         return "xla", "no CUDA device"
     trial = {mode: jit_mode(fn, mode) for mode in XLA_MODES}
     notes: list[str] = []
-    picked = pick_fastest(jax.jit(fn), trial, flat_specs, _name(fn), memory_slack=memory_slack, notes=notes)
+    closed = jax.make_jaxpr(fn)(*flat_specs)
+    bound = launch_s(build_program(closed, default_profile(compat.device_kind())))
+    picked = pick_fastest(
+        jax.jit(fn),
+        trial,
+        flat_specs,
+        _name(fn),
+        memory_slack=memory_slack,
+        notes=notes,
+        launch_s=bound,
+        launch_bound=tuple(XLA_MODES),
+    )
     if picked is None:
         return "xla", f"measured no gain ({', '.join(notes)})"
     return picked[0], f"measured {picked[1]:.2f}x"

@@ -33,20 +33,19 @@ PEAK_ALLOWANCE_BYTES = 1 << 20
 
 
 def random_inputs(flat_specs: Sequence[Any], seed: int = 0) -> list[Any]:
-    """Fresh non-zero inputs matching `flat_specs` (floats normal, ints small, bools random)."""
-    rng = np.random.default_rng(seed)
+    """Fresh non-zero inputs matching `flat_specs` (floats normal, ints in [0, 8), bools random),
+    drawn on the default device: an 8192x8192 operand drawn by numpy on the host took seconds."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), max(1, len(flat_specs)))
     out = []
-    for s in flat_specs:
+    for key, s in zip(keys, flat_specs, strict=False):
         dt = np.dtype(s.dtype)
-        if dt.kind == "f" or str(dt) == "bfloat16":
-            x = rng.standard_normal(s.shape).astype(np.float32)
-        elif dt.kind == "b":
-            x = rng.random(s.shape) < 0.5
+        if dt.kind == "b":
+            x = jax.random.bernoulli(key, 0.5, s.shape)
         elif dt.kind in "iu":
-            x = rng.integers(0, 8, s.shape)
+            x = jax.random.randint(key, s.shape, 0, 8, dtype=dt)
         else:
-            x = rng.standard_normal(s.shape)
-        out.append(jnp.asarray(x, dtype=dt))
+            x = jax.random.normal(key, s.shape, jnp.float32).astype(dt)
+        out.append(x)
     return out
 
 
@@ -80,6 +79,8 @@ def pick_fastest(
     call_overhead: Callable[[], float] | None = None,
     charged: Sequence[str] | None = None,
     notes: list[str] | None = None,
+    launch_s: float | None = None,
+    launch_bound: Sequence[str] = (),
 ) -> tuple[str, float] | None:
     """The candidate measurably faster than `base` (by MEASURED_MARGIN, with a peak memory at most
     `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's) and its speedup, or None. Timed
@@ -87,11 +88,17 @@ def pick_fastest(
     per call: the host time of the call path it needs and `base` does not (a 3% faster program is
     no gain when each call costs ~10 µs more to issue); `charged` names the candidates that pay it
     (default: all). `notes` collects what each candidate measured ("xla-graphs 0.99x", or why it
-    was refused: "xla-concurrent +12.0% peak memory")."""
+    was refused: "xla-concurrent +12.0% peak memory"). Candidates in `launch_bound` can only save
+    kernel-launch time, at most `launch_s` a call: they are not compiled when that is under the
+    margin of base's measured time."""
     notes = [] if notes is None else notes
     args = random_inputs(flat_specs)
     base_peak = peak_bytes(base, args)
     want = jax.tree_util.tree_leaves(base(*args))
+    base_s = time_call(base, args, 3)
+    if launch_s is not None and launch_bound and launch_s < MEASURED_MARGIN * base_s:
+        notes.append(f"kernel launches ≤ {launch_s / base_s:.1%} of a call")
+        trial = {k: f for k, f in trial.items() if k not in launch_bound}
     ok: dict[str, Callable] = {}
     for label, f in trial.items():
         try:
@@ -122,7 +129,7 @@ def pick_fastest(
         return None
     # samples of at least ~3 ms each: 20 calls of a 40 µs program are too short a sample on a
     # shared host (a noisy pick put a kept program 16% behind jax.jit in one H200 run)
-    calls = max(20, min(2000, int(SAMPLE_S / max(time_call(base, args, 3), 1e-7))))
+    calls = max(2, min(2000, int(SAMPLE_S / max(base_s, 1e-7))))
     times: dict[str, list[float]] = {k: [] for k in ["xla", *ok]}
     for _ in range(rounds):
         times["xla"].append(time_call(base, args, calls))

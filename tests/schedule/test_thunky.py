@@ -353,6 +353,8 @@ def test_auto_choosing_an_xla_mode_keeps_jax_dispatch(monkeypatch):
     np.testing.assert_allclose(opt(x2, w), jax.jit(_two_step)(x2, w), rtol=1e-6)
     assert calls_xla["select"] == 1 and opt._fast_state == "off"
     np.testing.assert_allclose(opt(x, w), jax.jit(_two_step)(x, w), rtol=1e-6)
+    opt.clear_cache()
+    assert opt._fast_mode == "xla" and not isinstance(opt._fast, TopLevel)
 
 
 def test_auto_under_an_outer_jit_does_not_time(monkeypatch):

@@ -127,3 +127,38 @@ def test_hoisted_programs_without_cuda_or_under_a_trace_keep_xla(monkeypatch):
     asked = jaxrw.optimize(_hoisted, hoist_argnums=0, schedule="xla")
     asked(p, x)
     assert next(iter(asked._cache.values())).report.schedule == "xla: asked for"
+
+
+def test_modes_are_not_compiled_where_launches_are_a_sliver_of_the_call(monkeypatch):
+    # an 8192-wide chain: 2 kernels in ~3 ms; graph modes save launch time only, so they cannot
+    # reach auto's margin there and are neither compiled nor timed
+    from jaxrw.schedule import timing
+
+    def never(*a):
+        raise AssertionError("a launch-bound candidate was run")
+
+    monkeypatch.setattr(timing, "time_call", lambda f, args, calls=20: 3e-3)
+    specs = [jax.ShapeDtypeStruct((4,), np.float32)]
+    notes: list[str] = []
+    picked = timing.pick_fastest(
+        jax.jit(lambda x: x + 1),
+        {"xla-graphs": never},
+        specs,
+        "f",
+        notes=notes,
+        launch_s=1e-5,
+        launch_bound=("xla-graphs",),
+    )
+    assert picked is None and notes == ["kernel launches ≤ 0.3% of a call"]
+
+
+def test_launch_time_bound_counts_the_kernels_of_the_program():
+    from jaxrw.rewrite.profiles import H200
+    from jaxrw.schedule import build_program
+    from jaxrw.schedule.xla_modes import LAUNCH_S_PER_KERNEL, launch_s
+
+    x, w = _args()
+    prog = build_program(jax.make_jaxpr(_chain)(x, w), H200)
+    kernels = sum(op.kernels for op in prog.ops if not op.free)
+    assert kernels >= 2  # two products at least (the tanh and the add may fuse into them)
+    assert launch_s(prog) == pytest.approx(kernels * LAUNCH_S_PER_KERNEL)
