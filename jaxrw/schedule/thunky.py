@@ -406,22 +406,11 @@ def select(
         return Selection(name, final[name](), f"predicted {plan.xla_s / predicted[name]:.2f}x")
     if not trial:
         return Selection("xla", plain, f"no predicted gain ({thunky_decision.reason})")
-    notes: list[str] = []
-    picked = pick_fastest(
-        jax.jit(fn),
-        trial,
-        flat_specs,
-        _name(fn),
-        memory_slack=memory_slack,
-        call_overhead=call_overhead,
-        charged=("thunky",),
-        notes=notes,
-        launch_s=launch_s(plan.program) if plan else None,
-        launch_bound=tuple(XLA_MODES),
+    launch = launch_s(plan.program) if plan else None
+    choice, why = _measured(
+        fn, trial, flat_specs, memory_slack, launch, call_overhead=call_overhead, charged=("thunky",)
     )
-    if picked is None:
-        return Selection("xla", plain, f"measured no gain ({', '.join(notes)})")
-    return Selection(picked[0], final[picked[0]](), f"measured {picked[1]:.2f}x")
+    return Selection(choice, plain if choice == "xla" else final[choice](), why)
 
 
 def select_xla_mode(fn: Callable, flat_specs: Sequence[Any], memory_slack: float = 0.0) -> tuple[str, str]:
@@ -430,9 +419,22 @@ def select_xla_mode(fn: Callable, flat_specs: Sequence[Any], memory_slack: float
     if not cuda_available():
         return "xla", "no CUDA device"
     trial = {mode: jit_mode(fn, mode) for mode in XLA_MODES}
-    notes: list[str] = []
     closed = jax.make_jaxpr(fn)(*flat_specs)
-    bound = launch_s(build_program(closed, default_profile(compat.device_kind())))
+    launch = launch_s(build_program(closed, default_profile(compat.device_kind())))
+    return _measured(fn, trial, flat_specs, memory_slack, launch)
+
+
+def _measured(
+    fn: Callable,
+    trial: dict[str, Callable],
+    flat_specs: Sequence[Any],
+    memory_slack: float,
+    launch: float | None,
+    **kw: Any,
+) -> tuple[str, str]:
+    """(the candidate measured fastest against jax.jit(fn), else "xla"; why), XLA's modes bounded
+    by the kernel-launch time `launch` (seconds a call, or None where no plan gives it)."""
+    notes: list[str] = []
     picked = pick_fastest(
         jax.jit(fn),
         trial,
@@ -440,8 +442,9 @@ def select_xla_mode(fn: Callable, flat_specs: Sequence[Any], memory_slack: float
         _name(fn),
         memory_slack=memory_slack,
         notes=notes,
-        launch_s=bound,
+        launch_s=launch,
         launch_bound=tuple(XLA_MODES),
+        **kw,
     )
     if picked is None:
         return "xla", f"measured no gain ({', '.join(notes)})"
