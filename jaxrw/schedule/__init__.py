@@ -7,7 +7,9 @@
     apply(...) -> its callable alone (scheduled, else jax.jit(fn))
 
 Modes: "xla" (never thunky), "streams" (always; raises ScheduleUnavailableError without thunky or
-CUDA), "auto" (thunky only on CUDA, with a predicted gain that a measurement confirms).
+CUDA), "auto" (on CUDA only: thunky where a gain is predicted, and XLA's command-buffer modes
+`XLA_MODES` where kernel launches are a large enough share of the call, each kept only when a
+measurement confirms it; `choice` applies the option to plain and hoisted programs).
 """
 
 from .plan import (
