@@ -31,8 +31,9 @@ from .errors import (
     check_fraction,
     check_nonneg_int,
 )
-from .hoist import MISS, HoistedCall, HotPath, NotHot, picker
+from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker
 from .rewrite.cost import COST_MODELS, CostModel
+from .rewrite.decode import check_decoded
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
@@ -69,8 +70,8 @@ def _needs_python(entry: _Entry, fast_mode: str = "xla") -> bool:
     """Whether a signature's program runs through `entry.call` on the Python call path: a hoisted
     program (prologue cached by identity), a thunky schedule, or an XLA mode (compiler options)
     other than the one the fast path's jit is compiled under (`fast_mode`)."""
-    if isinstance(entry.call, HoistedCall):
-        return not entry.handed_off or fast_mode != "xla"
+    if isinstance(entry.call, HoistedCall) and not entry.handed_off:
+        return True
     return entry.schedule != fast_mode
 
 
@@ -178,12 +179,8 @@ class Optimized:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-        if self._fast_state == "on" and _needs_python(entry, self._fast_mode):
-            if len(self._cache) == 1 and entry.schedule in XLA_MODES:
-                self._fast_mode = entry.schedule  # auto picked an XLA mode: the fast path's jit takes it
-                self._fast = self._new_fast()
-            else:
-                self._fast_state = "off"  # its program runs through entry.call, not inlined
+        if self._fast_state == "on" and _needs_python(entry, self._fast_mode) and not self._adopt_mode(entry):
+            self._fast_state = "off"  # its program runs through entry.call, not inlined
         if entry.fallback is not None or entry.handed_off:
             return self._jitted(*args, **kwargs)
         if entry.schedule != "xla" and entry.fn is not None and any(map(compat.is_tracer, leaves)):
@@ -264,11 +261,24 @@ class Optimized:
             return out
         entry.handed_off = True
         log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", _name(self.fn))
+        handoff_schedule(self, entry, args, kwargs)
+        self._adopt_mode(entry)
         python = any(_needs_python(e, self._fast_mode) for e in self._cache.values())
         if self._fast_state == "off" and self._fast_path() and not python:
             self._fast_state, self._hot_path = "on", None
             self._hot.clear()
         return out
+
+    def _adopt_mode(self, entry: _Entry) -> bool:
+        """Whether the fast path's jit now runs `entry`'s program under its XLA mode (recompiled
+        for it): only when it is the only signature and needs no Python of its own."""
+        ok = len(self._cache) == 1 and entry.schedule in ("xla", *XLA_MODES)
+        if not ok or _needs_python(entry, entry.schedule):
+            return False
+        if entry.schedule != self._fast_mode:
+            self._fast_mode = entry.schedule
+            self._fast = self._new_fast()
+        return True
 
     def _fast_failed(self, e: Exception, args: tuple, kwargs: dict) -> Any:
         """The inlined program failed to trace, compile or run. If jax.jit of the function fails on
@@ -401,7 +411,7 @@ class Optimized:
             if tune and result.program is not None:  # not encoded (size limit): nothing to tune
                 self._autotune(result, closed, flat, leaves)
             if result.fn is not None:
-                _check_decoded(result.fn, specs, closed)
+                check_decoded(result.fn, specs, closed)
         except JaxrwError as e:
             if self.strict:
                 raise
@@ -481,19 +491,6 @@ class Optimized:
                 raise VerificationError(
                     f"{_name(self.fn)}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}"
                 )
-
-
-def _check_decoded(fn: Callable, specs: list, closed: Any) -> None:
-    """Trace the decoded program abstractly: a failure, or outputs whose shapes, dtypes or weak
-    types differ from the traced program's, is a decode-stage error (caught before any call)."""
-    try:
-        outs = jax.eval_shape(fn, *specs)
-    except Exception as e:  # noqa: BLE001 - reported with its stage
-        raise RewriteStageError("decode", e) from e
-    got = [(tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False))) for o in outs]
-    want = [(tuple(v.aval.shape), v.aval.dtype, bool(v.aval.weak_type)) for v in closed.jaxpr.outvars]
-    if got != want:
-        raise RewriteStageError("decode", TypeError(f"decoded outputs {got} differ from the traced {want}"))
 
 
 def _name(fn: Callable) -> str:

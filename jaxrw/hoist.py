@@ -17,9 +17,9 @@ from typing import Any
 import jax
 
 from . import compat
-from .signature import leaf_key, leaf_owners  # the signature key optimize uses
+from .signature import leaf_key, leaf_owners, spec  # the signature key optimize uses
 
-__all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "HANDOFF_AFTER", "picker", "bind"]
+__all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "HANDOFF_AFTER", "picker", "bind", "handoff_schedule"]
 
 
 def picker(idx: tuple[int, ...]) -> Any:
@@ -304,3 +304,19 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
 
     local = jax.tree_util.tree_leaves(layout.hoisted_args(args, kwargs))
     return functools.partial(layout.main_jit(opt, entry, key, mismatch), values, layout.pick_passed(local))
+
+
+def handoff_schedule(opt: Any, entry: Any, args: tuple, kwargs: dict) -> None:
+    """A hoisted signature handed off (parameters new on every call) runs jax.jit's program; under
+    schedule="auto" on CUDA, with the XLA mode measured fastest for that program (the decode steps'
+    host-bound launches gain from XLA's concurrent command buffers without any rewrite)."""
+    from .schedule import choice
+
+    dyn, _statics = opt._split(args, kwargs)
+    leaves, in_tree = jax.tree_util.tree_flatten(dyn)
+    flat = opt._flat_fn(args, kwargs, in_tree)
+    entry.schedule, why = choice.for_plain_jit(
+        opt.schedule, flat, lambda: [spec(x) for x in leaves], leaves, opt.schedule_memory_slack
+    )
+    if entry.report is not None:
+        entry.report.schedule = f"handed off to jax.jit's program; {entry.schedule}: {why}"

@@ -20,13 +20,14 @@ import numpy as np
 from jax import lax
 
 from .. import compat
+from ..errors import RewriteStageError
 from .cost import HOISTABLE, itemsize
 from .encode import Program
 from .extract import reachable
 from .graph import EGraphView, Node
 from .terms import DEFAULT_CFG
 
-__all__ = ["decode", "DECODERS", "FOLDABLE", "Hoisted"]
+__all__ = ["decode", "DECODERS", "FOLDABLE", "Hoisted", "check_decoded"]
 
 _UNARY_FNS: dict[str, Callable] = {
     "exp": lax.exp,
@@ -324,3 +325,17 @@ def _fold_constants(
                     else:
                         values[c] = np.asarray(DECODERS[n.op](ctx, n, [values[ch] for ch in n.children]))
     return {c: v for c, v in values.items() if nodes[c].op != "const"}
+
+
+def check_decoded(fn: Callable, specs: list, closed: Any) -> None:
+    """Trace the decoded program abstractly: a failure, or outputs whose shapes, dtypes or weak
+    types differ from the traced program's, is a decode-stage error (optimize checks this before
+    any call)."""
+    try:
+        outs = jax.eval_shape(fn, *specs)
+    except Exception as e:  # noqa: BLE001 - reported with its stage
+        raise RewriteStageError("decode", e) from e
+    got = [(tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False))) for o in outs]
+    want = [(tuple(v.aval.shape), v.aval.dtype, bool(v.aval.weak_type)) for v in closed.jaxpr.outvars]
+    if got != want:
+        raise RewriteStageError("decode", TypeError(f"decoded outputs {got} differ from the traced {want}"))

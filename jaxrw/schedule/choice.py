@@ -18,7 +18,7 @@ from .. import compat
 from ..rewrite.profiles import Profile
 from .thunky import Selection, python_path_overhead_s, select_xla_mode
 
-__all__ = ["for_program", "for_hoisted"]
+__all__ = ["for_program", "for_hoisted", "for_plain_jit"]
 
 log = logging.getLogger("jaxrw")
 
@@ -72,14 +72,26 @@ def for_hoisted(
     used for hoisted programs (their prologue values are cached outside any schedule)."""
     if mode != "auto":
         return "xla", "hoisted: XLA's schedule" if mode == "streams" else "asked for"
-    why = _untimed(mode, leaves)
+
+    def main_specs() -> list[Any]:
+        values = jax.eval_shape(hoisted.prologue, *[specs[i] for i in hoisted.slow])
+        used = [specs[i] for i in hoisted.main_args]
+        return [*used, *(jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values)]
+
+    return for_plain_jit(mode, hoisted.main_used, main_specs, leaves, memory_slack)
+
+
+def for_plain_jit(
+    mode: str, fn: Callable, specs: Callable[[], Sequence[Any]], leaves: Sequence[Any], memory_slack: float
+) -> tuple[str, str]:
+    """(XLA mode, why) for a program that stays a plain jit: a hoisted main program, or jax.jit's
+    program of a hoisted signature handed off (its parameters new on every call). `specs()`
+    gives its inputs' shapes; `leaves` are the call's, to see whether it runs under a trace."""
+    why = _untimed(mode, leaves) if mode == "auto" else "asked for"
     if why:
         return "xla", why
-    used = [specs[i] for i in hoisted.main_args]
     try:
-        values = jax.eval_shape(hoisted.prologue, *[specs[i] for i in hoisted.slow])
-        main_specs = [*used, *(jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values)]
-        return select_xla_mode(hoisted.main_used, main_specs, memory_slack)
+        return select_xla_mode(fn, specs(), memory_slack)
     except Exception as e:  # noqa: BLE001 - timing is optional: XLA's schedule always works
-        log.warning("jaxrw: could not time schedules of a hoisted program (%s: %s)", type(e).__name__, e)
+        log.warning("jaxrw: could not time schedules of %s (%s: %s)", fn, type(e).__name__, e)
         return "xla", f"not timed ({type(e).__name__})"

@@ -162,3 +162,28 @@ def test_launch_time_bound_counts_the_kernels_of_the_program():
     kernels = sum(op.kernels for op in prog.ops if not op.free)
     assert kernels >= 2  # two products at least (the tanh and the add may fuse into them)
     assert launch_s(prog) == pytest.approx(kernels * LAUNCH_S_PER_KERNEL)
+
+
+def test_a_handed_off_signature_runs_jax_jits_program_under_the_mode_measured_for_it(monkeypatch):
+    # parameters new on every call (a training loop outside jit): after the hand-off the signature
+    # runs jax.jit's program, through the fast path's jit compiled under the mode auto measured
+    monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
+    timed = []
+
+    def select(fn, specs, slack=0.0):
+        timed.append(len(specs))
+        return "xla-concurrent", "test"
+
+    monkeypatch.setattr(choice, "select_xla_mode", select)
+    (x, _) = _args()
+    opt = jaxrw.optimize(_hoisted, hoist_argnums=0)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        p = {k: jnp.asarray(rng.standard_normal((16, 16)).astype(np.float32) / 4) for k in "AB"}
+        np.testing.assert_allclose(opt(p, x), jax.jit(_hoisted)(p, x), rtol=1e-5, atol=1e-6)
+    (entry,) = opt._cache.values()
+    assert entry.handed_off and entry.schedule == "xla-concurrent"
+    assert entry.report.schedule == "handed off to jax.jit's program; xla-concurrent: test"
+    assert timed == [2, 3]  # the hoisted main program (x and the value A@B), then jax.jit's (A, B, x)
+    assert opt._fast_state == "on" and opt._fast_mode == "xla-concurrent"
+    np.testing.assert_allclose(jax.jit(opt)(p, x), jax.jit(_hoisted)(p, x), rtol=1e-5, atol=1e-6)
