@@ -123,6 +123,9 @@ class _Layout:
         self.pos = tuple(sorted(set(opt.hoist_argnums) - set(opt.static_argnums)))
         self.names = tuple(sorted(set(opt.hoist_argnames) - set(opt.static_argnames)))
         self._posset = frozenset(self.pos)
+        # the usual layout (the parameters first, by position): per call, slicing replaces the
+        # generic picking below, which costs a few µs of Python on every hot call
+        self.prefix = len(self.pos) if self.pos == tuple(range(len(self.pos))) and not self.names else None
         dyn, _statics = opt._split(args, kwargs)
         full, in_tree = jax.tree_util.tree_flatten(dyn)
         owners = leaf_owners(in_tree, kwargs, opt.static_argnums, opt.static_argnames)
@@ -246,11 +249,17 @@ class HotPath:
         lay = self.layout
         if self.ids is None:  # never refreshed with a usable layout: the full call path
             return MISS
-        slow, tree = jax.tree_util.tree_flatten(lay.hoisted_args(args, kwargs))
+        k = lay.prefix
+        if k is not None and len(args) >= k:
+            slow, tree = jax.tree_util.tree_flatten(list(args[:k]))
+        else:
+            slow, tree = jax.tree_util.tree_flatten(lay.hoisted_args(args, kwargs))
         ids = tuple(map(id, slow))
         h = self.h
         if ids == self.ids and tree == lay.tree and h.ids is self.h_ids and h.values is not None:
             h.seen, h.streak = ids, 0
+            if k is not None:
+                return self.call(h.values, lay.pick_passed(slow), *args[k:], **kwargs)
             fast, fast_kw = lay.fast(args, kwargs)
             return self.call(h.values, lay.pick_passed(slow), *fast, **fast_kw)
         # new slow arrays, changing on every call: jax.jit's program (see HoistedCall)
