@@ -328,4 +328,4 @@ def handoff_schedule(opt: Any, entry: Any, args: tuple, kwargs: dict) -> None:
         opt.schedule, flat, lambda: [spec(x) for x in leaves], leaves, opt.schedule_memory_slack
     )
     if entry.report is not None:
-        entry.report.schedule = f"handed off to jax.jit's program; {entry.schedule}: {why}"
+        entry.report.schedule = f"{entry.schedule}: {why} (handed off to jax.jit's program)"

@@ -183,7 +183,7 @@ def test_a_handed_off_signature_runs_jax_jits_program_under_the_mode_measured_fo
         np.testing.assert_allclose(opt(p, x), jax.jit(_hoisted)(p, x), rtol=1e-5, atol=1e-6)
     (entry,) = opt._cache.values()
     assert entry.handed_off and entry.schedule == "xla-concurrent"
-    assert entry.report.schedule == "handed off to jax.jit's program; xla-concurrent: test"
+    assert entry.report.schedule == "xla-concurrent: test (handed off to jax.jit's program)"
     assert timed == [2, 3]  # the hoisted main program (x and the value A@B), then jax.jit's (A, B, x)
     assert opt._fast_state == "on" and opt._fast_mode == "xla-concurrent"
     np.testing.assert_allclose(jax.jit(opt)(p, x), jax.jit(_hoisted)(p, x), rtol=1e-5, atol=1e-6)
