@@ -538,8 +538,10 @@ def optimize(
     new set of arrays and is reused while the caller passes the same arrays, up to
     `max_hoist_bytes` of kept values; arrays new on every call run jax.jit's program, and after
     16 such calls in a row the signature stays with it (`clear_cache()` hoists again).
-    `schedule="auto"` takes a faster GPU schedule only if its peak memory is at most
-    `schedule_memory_slack` (a fraction, default 0) plus 1 MiB above XLA's.
+    `schedule`: "xla" (XLA's own), "streams" (thunky streams; CUDA, jax >= 0.12) or "auto": on a
+    CUDA device, times thunky and XLA's command-buffer modes against XLA's default when a signature
+    is built and keeps one measured faster, with a peak memory at most `schedule_memory_slack` (a
+    fraction, default 0) plus 1 MiB above XLA's.
     """
     check_choice("numerics", numerics, NUMERICS)
     check_choice("schedule", schedule, SCHEDULES)
