@@ -8,6 +8,8 @@
 #   bench/gpu_session.sh costcheck     # cost-model check (built-in profile), calibrate, check again
 #   bench/gpu_session.sh focus         # the hoisting cases (issue 10) and the slowest of issue 4,
 #                                      # jax 0.12, float32 and bfloat16, 9 samples per variant
+#   bench/gpu_session.sh modes         # XLA's command-buffer settings on jax.jit and hand programs
+#                                      # (bench/xla_options_h200.py), then jaxrw's hoisted calls
 #
 # Set JAXRW_COMMIT to the commit the tree was copied from: the device's copy of .git can be stale,
 # and the JSON records it as the run's commit.
@@ -49,5 +51,11 @@ case "${1:-}" in
       bash bench/run_h200.sh --suite all --case "$cases" "${@:2}"
     PYTHONPATH=/tmp/site12:$base_path python3 bench/hoist_h200.py --json "$OUT/h200-${STAMP:-focus}-hoist-diag.json"
     ;;
-  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus" >&2; exit 2 ;;
+  modes)
+    export PYTHONPATH=$base_path
+    python3 bench/xla_options_h200.py --json "$OUT/h200-${STAMP:-modes}-xla-options.json" "${@:2}"
+    python3 bench/hoist_h200.py --case llama288_hoist nasrnn_args_hoist --calls 100 --repeats 5 \
+      --json "$OUT/h200-${STAMP:-modes}-hoist-diag.json"
+    ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes" >&2; exit 2 ;;
 esac
