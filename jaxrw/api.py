@@ -37,7 +37,7 @@ from .rewrite.decode import check_decoded
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
-from .schedule.xla_modes import XLA_MODES, TopLevel, jit_mode
+from .schedule.xla_modes import XLA_MODES, tuned_jit
 from .signature import leaf_key, leaf_owners, spec, static_key
 from .tolerance import relative_error, tolerance
 
@@ -126,15 +126,13 @@ class Optimized:
         """A jax.jit of `_inline`. A new one after `_inline` raised _BuildOutside: jax's C++
         dispatch sends every later call of a signature whose first trace raised through Python
         (about 90 us a call on a CPU), so the jit that saw the raise is not kept."""
-        kw = {
-            "static_argnums": self.static_argnums,
-            "static_argnames": self.static_argnames,
-            "donate_argnums": self.donate_argnums,
-        }
-        plain = jax.jit(self._inline, **kw)
-        if self._fast_mode == "xla":
-            return plain
-        return TopLevel(jit_mode(self._inline, self._fast_mode, **kw), plain)
+        return tuned_jit(
+            self._inline,
+            self._fast_mode,
+            static_argnums=self.static_argnums,
+            static_argnames=self.static_argnames,
+            donate_argnums=self.donate_argnums,
+        )
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 
 from . import compat
+from .schedule.xla_modes import tuned_jit
 from .signature import leaf_key, leaf_owners, spec  # the signature key optimize uses
 
 __all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "HANDOFF_AFTER", "picker", "bind", "handoff_schedule"]
@@ -51,7 +52,7 @@ class HoistedCall:
         self.prologue = jax.jit(hoisted.prologue)
         donate_used = tuple(k for k, i in enumerate(self.used) if i in donate)
         self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)  # nestable in a trace
-        self.main_top = _tuned(self.main, hoisted.main_used, mode, donate_argnums=donate_used)
+        self.main_top = tuned_jit(hoisted.main_used, mode, self.main, donate_argnums=donate_used)
         self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
         self.values: list[Any] | None = None
         self._refs: list[weakref.ref] | None = None
@@ -123,8 +124,8 @@ class _Layout:
         self.pos = tuple(sorted(set(opt.hoist_argnums) - set(opt.static_argnums)))
         self.names = tuple(sorted(set(opt.hoist_argnames) - set(opt.static_argnames)))
         self._posset = frozenset(self.pos)
-        # the usual layout (the parameters first, by position): per call, slicing replaces the
-        # generic picking below, which costs a few µs of Python on every hot call
+        # the usual layout (the parameters first, by position): hoisted_args and fast slice it
+        # instead of picking positions, a few µs of Python less on every hot call
         self.prefix = len(self.pos) if self.pos == tuple(range(len(self.pos))) and not self.names else None
         dyn, _statics = opt._split(args, kwargs)
         full, in_tree = jax.tree_util.tree_flatten(dyn)
@@ -148,11 +149,15 @@ class _Layout:
         ]
 
     def hoisted_args(self, args: tuple, kwargs: dict) -> list[Any]:
+        if self.prefix is not None and len(args) >= self.prefix:
+            return list(args[: self.prefix])
         slow = [args[i] for i in self.pos if i < len(args)]
         return slow + [kwargs.get(k) for k in self.names] if self.names else slow
 
     def fast(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """The arguments the main program's jit takes besides the values (hoisted ones removed)."""
+        if self.prefix is not None:
+            return args[self.prefix :], kwargs
         if self.pos:
             args = tuple(a for i, a in enumerate(args) if i not in self._posset)
         if self.names:
@@ -191,17 +196,7 @@ class _Layout:
             "static_argnames": opt.static_argnames,
             "donate_argnums": self.shifted(opt.donate_argnums),
         }
-        return _tuned(jax.jit(body, **kw), body, h.mode, **kw)
-
-
-def _tuned(plain: Any, fn: Callable, mode: str, **jit_kwargs: Any) -> Any:
-    """`plain` (a jax.jit of fn) where mode is XLA's default; else fn compiled under that XLA mode,
-    falling back to `plain` inside another jit's trace (which rejects compiler options)."""
-    if mode == "xla":
-        return plain
-    from .schedule.xla_modes import TopLevel, jit_mode
-
-    return TopLevel(jit_mode(fn, mode, **jit_kwargs), plain)
+        return tuned_jit(body, h.mode, **kw)
 
 
 _SLOT = object()  # a hoisted leaf inside the main program's jit that is not passed to it
@@ -249,17 +244,11 @@ class HotPath:
         lay = self.layout
         if self.ids is None:  # never refreshed with a usable layout: the full call path
             return MISS
-        k = lay.prefix
-        if k is not None and len(args) >= k:
-            slow, tree = jax.tree_util.tree_flatten(list(args[:k]))
-        else:
-            slow, tree = jax.tree_util.tree_flatten(lay.hoisted_args(args, kwargs))
+        slow, tree = jax.tree_util.tree_flatten(lay.hoisted_args(args, kwargs))
         ids = tuple(map(id, slow))
         h = self.h
         if ids == self.ids and tree == lay.tree and h.ids is self.h_ids and h.values is not None:
             h.seen, h.streak = ids, 0
-            if k is not None:
-                return self.call(h.values, lay.pick_passed(slow), *args[k:], **kwargs)
             fast, fast_kw = lay.fast(args, kwargs)
             return self.call(h.values, lay.pick_passed(slow), *fast, **fast_kw)
         # new slow arrays, changing on every call: jax.jit's program (see HoistedCall)

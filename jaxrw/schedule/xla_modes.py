@@ -17,7 +17,15 @@ from typing import Any
 
 import jax
 
-__all__ = ["XLA_MODES", "XLA_REGIONS", "jit_mode", "TopLevel", "is_nested_options_error", "launch_s"]
+__all__ = [
+    "XLA_MODES",
+    "XLA_REGIONS",
+    "jit_mode",
+    "tuned_jit",
+    "TopLevel",
+    "is_nested_options_error",
+    "launch_s",
+]
 
 XLA_MODES: dict[str, dict[str, Any]] = {
     "xla-graphs": {"xla_gpu_graph_min_graph_size": 1},
@@ -40,6 +48,16 @@ def jit_mode(fn: Callable, mode: str, donate: Sequence[int] = (), **jit_kwargs: 
         jit_kwargs["compiler_options"] = options
     jit_kwargs.setdefault("donate_argnums", tuple(donate))
     return jax.jit(fn, **jit_kwargs)
+
+
+def tuned_jit(fn: Callable, mode: str, plain: Any = None, **jit_kwargs: Any) -> Any:
+    """A callable jax.jit of `fn` under XLA mode `mode`: for "xla" the plain jit; else a TopLevel of
+    the jit with the mode's options and `plain` (the jit without them, made here unless given),
+    which runs inside another jit's trace."""
+    plain = jax.jit(fn, **jit_kwargs) if plain is None else plain
+    if mode == "xla":
+        return plain
+    return TopLevel(jit_mode(fn, mode, **jit_kwargs), plain)
 
 
 def is_nested_options_error(e: BaseException) -> bool:
