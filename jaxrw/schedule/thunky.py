@@ -310,9 +310,10 @@ def schedule_selection(
     program (when it is predicted to gain) and, with `concurrent_xla`, the jit compiled under XLA's
     command-buffer modes (`XLA_MODES`), timed on random inputs;
     a candidate must be 3% faster and use no more peak memory than the plain jit, plus
-    `memory_slack` (a fraction: 0.05 allows 5% more). `call_overhead()`: the extra host seconds
-    per call of the path a candidate runs on (optimize's Python path; the plain jit takes jax's
-    C++ dispatch), added to the thunky candidate's measured time (XLA's modes keep that dispatch)."""
+    `memory_slack` (a fraction: 0.05 allows 5% more) and 1 MiB (timing.PEAK_ALLOWANCE_BYTES).
+    `call_overhead()`: the extra host seconds per call of the path a candidate runs on
+    (optimize's Python path; the plain jit takes jax's C++ dispatch), added to the thunky
+    candidate's measured time (XLA's modes keep that dispatch)."""
     check_choice("schedule", mode, MODES)
     plain = jax.jit(fn, donate_argnums=tuple(donate))
     if mode == "xla":
