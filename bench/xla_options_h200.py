@@ -16,12 +16,12 @@ import argparse
 import json
 import re
 import statistics
-import time
 
 import jax
 import numpy as np
 
 from jaxrw.bench.case import CASES, load_suites
+from jaxrw.schedule.timing import time_call
 
 OPTIONS = {
     "default": {},
@@ -40,15 +40,6 @@ OPTIONS = {
         "xla_gpu_graph_min_graph_size": 1,
     },
 }
-
-
-def _per_call(fn, args, calls: int) -> float:
-    t0 = time.perf_counter()
-    out = None
-    for _ in range(calls):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def _counts(compiled) -> dict:
@@ -112,11 +103,11 @@ def run_case(name: str, dtype: str, calls: int, repeats: int, size: str = "large
         schedules = {}
     ref = {who: programs[f"{who} / default"][2] for who in ("jit", "hand") if f"{who} / default" in programs}
     for f, a, _, _ in programs.values():  # warm
-        _per_call(f, a, 20)
+        time_call(f, a, 20)
     samples: dict[str, list[float]] = {k: [] for k in programs}
     for _ in range(repeats):
         for k, (f, a, _, _) in programs.items():
-            samples[k].append(_per_call(f, a, calls))
+            samples[k].append(time_call(f, a, calls) * 1e6)
     rows = {}
     for k, (_f, _a, out, counts) in programs.items():
         who = k.split(" / ")[0]
