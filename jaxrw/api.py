@@ -430,10 +430,12 @@ class Optimized:
         hoisted = getattr(result.fn, "hoisted", None)
         from .schedule import ScheduleUnavailableError, choice
 
+        t_schedule = time.perf_counter()  # auto's timing of candidate schedules: a phase of its own
         if hoisted is not None:  # the main program stays a plain jit behind the identity check
             mode, why = choice.for_hoisted(self.schedule, hoisted, specs, leaves, self.schedule_memory_slack)
             call = HoistedCall(hoisted, donate, mode)
             report.schedule = f"{mode}: {why}"
+            report.phase_s["schedule"] = time.perf_counter() - t_schedule
         else:
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
             try:
@@ -449,6 +451,7 @@ class Optimized:
                 warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
                 return _Entry(self._jitted, out_tree, report, fallback=str(err))
             report.schedule = f"{chosen.choice}: {why or chosen.reason}"
+            report.phase_s["schedule"] = time.perf_counter() - t_schedule
             return _Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
         return _Entry(call, out_tree, report, trace=kept)
 

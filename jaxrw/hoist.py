@@ -18,7 +18,7 @@ import jax
 
 from . import compat
 from .schedule.xla_modes import tuned_jit
-from .signature import leaf_key, leaf_owners, spec  # the signature key optimize uses
+from .signature import leaf_key, leaf_owners  # the signature key optimize uses
 
 __all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "HANDOFF_AFTER", "picker", "bind", "handoff_schedule"]
 
@@ -309,12 +309,13 @@ def handoff_schedule(opt: Any, entry: Any, args: tuple, kwargs: dict) -> None:
     schedule="auto" on CUDA, with the XLA mode measured fastest for that program (the decode steps'
     host-bound launches gain from XLA's concurrent command buffers without any rewrite)."""
     from .schedule import choice
+    from .schedule.timing import device_inputs
 
     dyn, _statics = opt._split(args, kwargs)
     leaves, in_tree = jax.tree_util.tree_flatten(dyn)
     flat = opt._flat_fn(args, kwargs, in_tree)
     entry.schedule, why = choice.for_plain_jit(
-        opt.schedule, flat, lambda: [spec(x) for x in leaves], leaves, opt.schedule_memory_slack
+        opt.schedule, flat, lambda: device_inputs(leaves), leaves, opt.schedule_memory_slack
     )
     if entry.report is not None:
         entry.report.schedule = f"{entry.schedule}: {why} (handed off to jax.jit's program)"

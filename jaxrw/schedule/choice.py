@@ -3,7 +3,8 @@
 `for_program` serves a plain (not hoisted) program: "xla", "streams" or auto's measured choice
 (thunky.schedule_selection). `for_hoisted` serves a hoisted signature's main program, which stays a
 plain jit behind the identity check: XLA's schedule or one of XLA's command-buffer modes, timed.
-Under a trace (an outer jit/grad/vmap) nothing concrete can be timed: XLA's schedule.
+Under a trace (an outer jit/grad/vmap) nothing concrete can be timed: XLA's schedule. Elsewhere
+the candidates are timed on the call's own arrays (`timing.device_inputs`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import jax
 
 from .. import compat
 from ..rewrite.profiles import Profile
+from ..signature import spec
 from .thunky import Selection, python_path_overhead_s, select_xla_mode
+from .timing import device_inputs
 
 __all__ = ["for_program", "for_hoisted", "for_plain_jit"]
 
@@ -61,6 +64,7 @@ def for_program(
         profile,
         memory_slack=memory_slack,
         call_overhead=python_path_overhead_s,
+        inputs=None if why else device_inputs(leaves),
     )
     return chosen, why
 
@@ -73,25 +77,27 @@ def for_hoisted(
     if mode != "auto":
         return "xla", "hoisted: XLA's schedule" if mode == "streams" else "asked for"
 
-    def main_specs() -> list[Any]:
-        values = jax.eval_shape(hoisted.prologue, *[specs[i] for i in hoisted.slow])
-        used = [specs[i] for i in hoisted.main_args]
-        return [*used, *(jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values)]
+    def main_inputs() -> list[Any]:  # what the main program is called with: the prologue's values
+        args = device_inputs(leaves)
+        values = jax.jit(hoisted.prologue)(*[args[i] for i in hoisted.slow])
+        return [*(args[i] for i in hoisted.main_args), *values]
 
-    return for_plain_jit(mode, hoisted.main_used, main_specs, leaves, memory_slack)
+    return for_plain_jit(mode, hoisted.main_used, main_inputs, leaves, memory_slack)
 
 
 def for_plain_jit(
-    mode: str, fn: Callable, specs: Callable[[], Sequence[Any]], leaves: Sequence[Any], memory_slack: float
+    mode: str, fn: Callable, inputs: Callable[[], Sequence[Any]], leaves: Sequence[Any], memory_slack: float
 ) -> tuple[str, str]:
     """(XLA mode, why) for a program that stays a plain jit: a hoisted main program, or jax.jit's
-    program of a hoisted signature handed off (its parameters new on every call). `specs()`
-    gives its inputs' shapes; `leaves` are the call's, to see whether it runs under a trace."""
+    program of a hoisted signature handed off (its parameters new on every call). `inputs()`
+    gives concrete arguments to time it on; `leaves` are the call's, to see whether it runs under
+    a trace."""
     why = _untimed(mode, leaves) if mode == "auto" else "asked for"
     if why:
         return "xla", why
     try:
-        return select_xla_mode(fn, specs(), memory_slack)
+        args = inputs()
+        return select_xla_mode(fn, [spec(x) for x in args], memory_slack, inputs=args)
     except Exception as e:  # noqa: BLE001 - timing is optional: XLA's schedule always works
         log.warning("jaxrw: could not time schedules of %s (%s: %s)", fn, type(e).__name__, e)
         return "xla", f"not timed ({type(e).__name__})"

@@ -301,6 +301,7 @@ def schedule_selection(
     concurrent_xla: bool = True,
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
+    inputs: Sequence[Any] | None = None,
 ) -> Selection:
     """What optimize() calls: which program runs `fn` ("xla", "thunky" or an XLA mode) and
     the callable.
@@ -308,12 +309,13 @@ def schedule_selection(
     "xla": the plain jit. "streams": the thunky program (raises ScheduleUnavailableError without
     thunky or CUDA). "auto": off CUDA the plain jit; on CUDA the fastest of the plain jit, the thunky
     program (when it is predicted to gain) and, with `concurrent_xla`, the jit compiled under XLA's
-    command-buffer modes (`XLA_MODES`), timed on random inputs;
-    a candidate must be 3% faster and use no more peak memory than the plain jit, plus
-    `memory_slack` (a fraction: 0.05 allows 5% more) and 1 MiB (timing.PEAK_ALLOWANCE_BYTES).
+    command-buffer modes (`XLA_MODES`), timed on `inputs`; a candidate must be 5% faster
+    (timing.MEASURED_MARGIN) and use no more peak memory than the plain jit, plus `memory_slack`
+    (a fraction: 0.05 allows 5% more) and 1 MiB (timing.PEAK_ALLOWANCE_BYTES).
     `call_overhead()`: the extra host seconds per call of the path a candidate runs on
     (optimize's Python path; the plain jit takes jax's C++ dispatch), added to the thunky
-    candidate's measured time (XLA's modes keep that dispatch)."""
+    candidate's measured time (XLA's modes keep that dispatch). `inputs`: concrete arguments to
+    time on (optimize passes the call's own); default random ones."""
     check_choice("schedule", mode, MODES)
     plain = jax.jit(fn, donate_argnums=tuple(donate))
     if mode == "xla":
@@ -332,6 +334,7 @@ def schedule_selection(
         concurrent_xla=concurrent_xla,
         memory_slack=memory_slack,
         call_overhead=call_overhead,
+        inputs=inputs,
     )
 
 
@@ -371,6 +374,7 @@ def select(
     concurrent_xla: bool = True,
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
+    inputs: Sequence[Any] | None = None,
 ) -> Selection:
     """The policy of schedule="auto" (see `apply`), with its choice and reason."""
     plain = jax.jit(fn, donate_argnums=tuple(donate))
@@ -409,20 +413,30 @@ def select(
         return Selection("xla", plain, f"no predicted gain ({thunky_decision.reason})")
     launch = launch_s(plan.program) if plan else None
     choice, why = _measured(
-        fn, trial, flat_specs, memory_slack, launch, call_overhead=call_overhead, charged=("thunky",)
+        fn,
+        trial,
+        flat_specs,
+        memory_slack,
+        launch,
+        call_overhead=call_overhead,
+        charged=("thunky",),
+        inputs=inputs,
     )
     return Selection(choice, plain if choice == "xla" else final[choice](), why)
 
 
-def select_xla_mode(fn: Callable, flat_specs: Sequence[Any], memory_slack: float = 0.0) -> tuple[str, str]:
+def select_xla_mode(
+    fn: Callable, flat_specs: Sequence[Any], memory_slack: float = 0.0, inputs: Sequence[Any] | None = None
+) -> tuple[str, str]:
     """(mode, why) for a program that must stay a plain jit (a hoisted signature's main program):
-    "xla" or the XLA command-buffer mode measured fastest on this CUDA device."""
+    "xla" or the XLA command-buffer mode measured fastest on this CUDA device, timed on `inputs`
+    (default random ones)."""
     if not cuda_available():
         return "xla", "no CUDA device"
     trial = {mode: jit_mode(fn, mode) for mode in XLA_MODES}
     closed = jax.make_jaxpr(fn)(*flat_specs)
     launch = launch_s(build_program(closed, default_profile(compat.device_kind())))
-    return _measured(fn, trial, flat_specs, memory_slack, launch)
+    return _measured(fn, trial, flat_specs, memory_slack, launch, inputs=inputs)
 
 
 def _measured(

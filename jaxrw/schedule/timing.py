@@ -1,5 +1,6 @@
-"""Timing candidate programs on the device for schedule="auto": random inputs, interleaved samples
-of a few milliseconds each, XLA's peak-memory estimate, and the pick with its margin."""
+"""Timing candidate programs on the device for schedule="auto": on the call's own arrays (or random
+ones), interleaved samples of a few milliseconds each, XLA's peak-memory estimate, and the pick with
+its margin."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..rewrite.measure import measure
 from .plan import ScheduleError
 
 __all__ = [
     "pick_fastest",
     "random_inputs",
+    "device_inputs",
     "time_call",
     "peak_bytes",
     "MEASURED_MARGIN",
@@ -25,8 +28,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("jaxrw")
-MEASURED_MARGIN = 0.03  # auto keeps a candidate only when it measured at least this much faster
-SAMPLE_S = 0.003  # seconds per timed sample when auto compares candidate schedules
+# auto keeps a candidate only when it measured at least this much faster: the H200 host's samples of
+# one program spread 3-5% within a run (bench "a second jax.jit": 0.97-1.03x)
+MEASURED_MARGIN = 0.05
+SAMPLE_S = 0.005  # seconds per timed sample when auto compares candidate schedules
 # peak memory a candidate may add beyond the relative slack: XLA's concurrent command buffers keep a
 # few KiB of bookkeeping (llama288's decode step: 7 KiB over 102 MiB, for 1.3x on the H200)
 PEAK_ALLOWANCE_BYTES = 1 << 20
@@ -47,6 +52,14 @@ def random_inputs(flat_specs: Sequence[Any], seed: int = 0) -> list[Any]:
             x = jax.random.normal(key, s.shape, jnp.float32).astype(dt)
         out.append(x)
     return out
+
+
+def device_inputs(leaves: Sequence[Any]) -> list[Any]:
+    """The call's own arguments as device arrays, to time candidates on: nothing to generate or
+    compile (drawing random inputs compiled one small program per distinct shape, 1-2 s for a
+    model's parameters, more than the candidates themselves). Non-jax leaves (numpy arrays, Python
+    scalars) are put on the device once, so no timed call pays a host transfer."""
+    return [x if isinstance(x, jax.Array) else jax.device_put(x) for x in leaves]
 
 
 def time_call(fn: Callable, args: Sequence[Any], calls: int = 20) -> float:
@@ -74,25 +87,27 @@ def pick_fastest(
     trial: dict[str, Callable],
     flat_specs: Sequence[Any],
     name: str,
-    rounds: int = 7,
+    rounds: int = 9,
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
     charged: Sequence[str] | None = None,
     notes: list[str] | None = None,
     launch_s: float | None = None,
     launch_bound: Sequence[str] = (),
+    inputs: Sequence[Any] | None = None,
 ) -> tuple[str, float] | None:
     """The candidate measurably faster than `base` (by MEASURED_MARGIN, with a peak memory at most
     `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's) and its speedup, or None. Timed
-    interleaved on random inputs after warm-up; each candidate also pays `call_overhead()` seconds
+    interleaved as the benchmarks time (rewrite.measure); each candidate also pays `call_overhead()` seconds
     per call: the host time of the call path it needs and `base` does not (a 3% faster program is
     no gain when each call costs ~10 µs more to issue); `charged` names the candidates that pay it
     (default: all). `notes` collects what each candidate measured ("xla-graphs 0.99x", or why it
     was refused: "xla-concurrent +12.0% peak memory"). Candidates in `launch_bound` can only save
     kernel-launch time, at most `launch_s` a call: they are not compiled when that is under the
-    margin of base's measured time."""
+    margin of base's measured time. `inputs`: concrete arguments to time on (the call's own, see
+    `device_inputs`); default random ones of `flat_specs`."""
     notes = [] if notes is None else notes
-    args = random_inputs(flat_specs)
+    args = list(inputs) if inputs is not None else random_inputs(flat_specs)
     want = jax.tree_util.tree_leaves(base(*args))
     base_s = time_call(base, args, 3)
     if launch_s is not None and launch_bound and launch_s < MEASURED_MARGIN * base_s:
@@ -120,7 +135,6 @@ def pick_fastest(
                 )
                 notes.append(f"{label} {peak / base_peak - 1:+.1%} peak memory")
                 continue
-            time_call(f, args, 3)
             ok[label] = f
         except Exception as e:  # noqa: BLE001 - auto never breaks the program; it keeps XLA's schedule
             log.warning(
@@ -129,15 +143,12 @@ def pick_fastest(
             notes.append(f"{label} failed")
     if not ok:
         return None
-    # samples of at least ~3 ms each: 20 calls of a 40 µs program are too short a sample on a
-    # shared host (a noisy pick put a kept program 16% behind jax.jit in one H200 run)
-    calls = max(2, min(2000, int(SAMPLE_S / max(base_s, 1e-7))))
-    times: dict[str, list[float]] = {k: [] for k in ["xla", *ok]}
-    for _ in range(rounds):
-        times["xla"].append(time_call(base, args, calls))
-        for label, f in ok.items():
-            times[label].append(time_call(f, args, calls))
-    med = {k: float(np.median(v)) for k, v in times.items()}
+    # the benchmarks' timing (rewrite.measure): samples of ~SAMPLE_S each, in an order rotated per
+    # round, each after one untimed call. A fixed order with short samples picked modes measured
+    # 1.03-1.04x that ran 0.96x in the H200 bench (run r)
+    variants = {"xla": (base, tuple(args)), **{k: (f, tuple(args)) for k, f in ok.items()}}
+    timed = measure(variants, repeats=rounds, sample_s=SAMPLE_S, max_calls=2000, warmup=1)
+    med = {k: t.median for k, t in timed.items()}
     extra = call_overhead() if call_overhead is not None else 0.0
     med.update({k: med[k] + extra for k in ok if charged is None or k in charged})
     best = min(ok, key=med.__getitem__)

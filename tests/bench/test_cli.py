@@ -128,5 +128,8 @@ def test_optimization_table_reports_time_per_thousand_equations():
            "report": {"n_equations": 500, "egraph_nodes": 900, "stop_reason": "saturated", "rewritten": True,
                       "phase_s": {"encode": 1.5, "rewrite": 0.4, "extract": 0.1}}}  # fmt: skip
     text = summarize.optimization_table({"cases": [rec]})
-    assert "| m | 500 | 2.00 | 4.0 | 1.50 / 0.40 / 0.10 | 900 | saturated |" in text
+    assert "| m | 500 | 2.00 | 4.0 | 1.50 / 0.40 / 0.10 / — | 900 | saturated |" in text  # no schedule phase
+    rec["report"]["phase_s"]["schedule"] = 0.05  # auto timed candidate schedules (CUDA)
+    text = summarize.optimization_table({"cases": [rec]})
+    assert "| m | 500 | 2.00 | 4.0 | 1.50 / 0.40 / 0.10 / 0.05 | 900 | saturated |" in text
     assert summarize.optimization_table({"cases": []}) == ""

@@ -12,6 +12,7 @@ import pytest
 
 import jaxrw
 from jaxrw.errors import InvalidOptionError, JaxrwError
+from jaxrw.rewrite.measure import Timing
 from jaxrw.rewrite.profiles import H200
 from jaxrw.schedule import (
     Scheduled,
@@ -244,13 +245,23 @@ def test_concurrent_xla_options_compile():
     np.testing.assert_allclose(f(*args), fn(*args), rtol=1e-5)
 
 
+def _fake_seconds(monkeypatch, seconds):
+    """pick_fastest's clocks (its first probe and the interleaved samples) report `seconds(fn)`."""
+    monkeypatch.setattr(sched_timing, "time_call", lambda f, args, calls=20: seconds(f))
+
+    def measure(variants, repeats, **kw):
+        return {k: Timing([seconds(f)] * repeats, calls=1) for k, (f, _args) in variants.items()}
+
+    monkeypatch.setattr(sched_timing, "measure", measure)
+
+
 def test_auto_takes_a_faster_schedule_over_the_memory_bound_only_with_slack(monkeypatch):
     # a candidate 2x faster at 4% more peak memory: refused by default, taken with 5% slack
     base, fast = (lambda x: x + 1), (lambda x: x + 1)
     mib = 1 << 20
     peaks = {"fast": 104 * mib}
     monkeypatch.setattr(sched_timing, "peak_bytes", lambda f, args: peaks["fast"] if f is fast else 100 * mib)
-    monkeypatch.setattr(sched_timing, "time_call", lambda f, args, calls=20: 1.0 if f is fast else 2.0)
+    _fake_seconds(monkeypatch, lambda f: 1.0 if f is fast else 2.0)
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
     assert sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f") is None
     picked = sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", memory_slack=0.05)
@@ -389,7 +400,7 @@ def test_auto_charges_candidates_the_call_path_they_need(monkeypatch):
     # a candidate 10% faster on the device loses once its calls pay the Python path's host time
     base, fast = (lambda x: x + 1), (lambda x: x + 1)
     monkeypatch.setattr(sched_timing, "peak_bytes", lambda f, args: 100)
-    monkeypatch.setattr(sched_timing, "time_call", lambda f, args, calls=20: 0.9e-5 if f is fast else 1.0e-5)
+    _fake_seconds(monkeypatch, lambda f: 0.9e-5 if f is fast else 1.0e-5)
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
     picked = sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 0.0)
     assert picked is not None and picked[0] == "xla-concurrent"
@@ -404,3 +415,27 @@ def test_the_python_call_path_overhead_is_measured_once():
 
     first = python_path_overhead_s()
     assert first >= 0.0 and python_path_overhead_s() == first  # cached for the process
+
+
+def test_auto_times_candidates_on_the_calls_own_arrays(monkeypatch):
+    # drawing random inputs compiled one program per parameter shape (1-2 s for a model); with the
+    # call's arrays nothing is drawn, and non-jax leaves are put on the device once
+    def no_random(specs, seed=0):
+        raise AssertionError("random inputs drawn")
+
+    monkeypatch.setattr(sched_timing, "random_inputs", no_random)
+    timed_on = []
+    real_measure = sched_timing.measure
+
+    def measure(variants, **kw):
+        timed_on.extend(a for _f, a in variants.values())
+        return real_measure(variants, **kw)
+
+    monkeypatch.setattr(sched_timing, "measure", measure)
+    x, s = jnp.arange(4.0), np.float32(2.0)
+    args = sched_timing.device_inputs([x, s])
+    assert args[0] is x and isinstance(args[1], jax.Array) and float(args[1]) == 2.0
+    specs = [jax.ShapeDtypeStruct((4,), np.float32), jax.ShapeDtypeStruct((), np.float32)]
+    trial = {"xla-graphs": jax.jit(lambda x, s: x * s)}
+    sched_timing.pick_fastest(jax.jit(lambda x, s: x * s), trial, specs, "f", inputs=args)
+    assert len(timed_on) == 2 and all(a[0] is x and a[1] is args[1] for a in timed_on)

@@ -5,6 +5,8 @@ the GPU options, so the programs compiled under each mode run and are compared w
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,7 +95,7 @@ def _params():
 
 def test_a_hoisted_main_program_runs_under_the_mode_auto_measured(monkeypatch):
     monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
-    monkeypatch.setattr(choice, "select_xla_mode", lambda fn, specs, slack=0.0: ("xla-concurrent", "test"))
+    monkeypatch.setattr(choice, "select_xla_mode", lambda *a, **kw: ("xla-concurrent", "test"))
     p, (x, _) = _params(), _args()
     opt = jaxrw.optimize(_hoisted, hoist_argnums=0)
     want = jax.jit(_hoisted)(p, x)
@@ -168,22 +170,30 @@ def test_a_handed_off_signature_runs_jax_jits_program_under_the_mode_measured_fo
     # parameters new on every call (a training loop outside jit): after the hand-off the signature
     # runs jax.jit's program, through the fast path's jit compiled under the mode auto measured
     monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
-    timed = []
+    timed, given = [], []
 
-    def select(fn, specs, slack=0.0):
+    def select(fn, specs, slack=0.0, inputs=None):
         timed.append(len(specs))
+        given.append(inputs)
         return "xla-concurrent", "test"
 
     monkeypatch.setattr(choice, "select_xla_mode", select)
     (x, _) = _args()
     opt = jaxrw.optimize(_hoisted, hoist_argnums=0)
     rng = np.random.default_rng(3)
+    ps = []
     for _ in range(20):
         p = {k: jnp.asarray(rng.standard_normal((16, 16)).astype(np.float32) / 4) for k in "AB"}
+        ps.append(p)
         np.testing.assert_allclose(opt(p, x), jax.jit(_hoisted)(p, x), rtol=1e-5, atol=1e-6)
     (entry,) = opt._cache.values()
     assert entry.handed_off and entry.schedule == "xla-concurrent"
     assert entry.report.schedule == "xla-concurrent: test (handed off to jax.jit's program)"
     assert timed == [2, 3]  # the hoisted main program (x and the value A@B), then jax.jit's (A, B, x)
+    # timed on the calls' own arrays (nothing drawn at random): the first call's x and its A@B,
+    # then the handing-off call's A, B and x themselves
+    assert given[0][0] is x
+    np.testing.assert_allclose(given[0][1], ps[0]["A"] @ ps[0]["B"], rtol=1e-5, atol=1e-6)
+    assert any(all(map(operator.is_, given[1], [q["A"], q["B"], x])) for q in ps)
     assert opt._fast_state == "on" and opt._fast_mode == "xla-concurrent"
     np.testing.assert_allclose(jax.jit(opt)(p, x), jax.jit(_hoisted)(p, x), rtol=1e-5, atol=1e-6)
