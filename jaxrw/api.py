@@ -37,7 +37,7 @@ from .rewrite.decode import check_decoded
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
-from .schedule.xla_modes import XLA_MODES, tuned_jit
+from .schedule.xla_modes import XLA_MODES, TopLevel, is_nested_options_error, tuned_jit
 from .signature import leaf_key, leaf_owners, spec, static_key
 from .tolerance import relative_error, tolerance
 
@@ -105,6 +105,7 @@ class Optimized:
     _fast: Any = field(default=None, repr=False)  # jax.jit of `_inline` (see `_fast_path`)
     _fast_state: str = field(default="unknown", repr=False)  # "on", "off", "broken" or "disabled"
     _fast_mode: str = field(default="xla", repr=False)  # the XLA mode `_fast` is compiled under
+    _fast_nested: Any = field(default=None, repr=False)  # `_fast` without that mode's options
     # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
     # last hoisted signature called with them, so a call with cached slow arrays skips the full key
     _hot: dict[Any, tuple] = field(default_factory=dict, repr=False)
@@ -125,14 +126,18 @@ class Optimized:
     def _new_fast(self) -> Any:
         """A jax.jit of `_inline`. A new one after `_inline` raised _BuildOutside: jax's C++
         dispatch sends every later call of a signature whose first trace raised through Python
-        (about 90 us a call on a CPU), so the jit that saw the raise is not kept."""
-        return tuned_jit(
+        (about 90 us a call on a CPU), so the jit that saw the raise is not kept. Under an XLA mode
+        `_fast` is the jit with its options itself, not a TopLevel: no Python frame more per call;
+        inside another jit's trace `__call__` takes `_fast_nested` instead."""
+        fast = tuned_jit(
             self._inline,
             self._fast_mode,
             static_argnums=self.static_argnums,
             static_argnames=self.static_argnames,
             donate_argnums=self.donate_argnums,
         )
+        self._fast_nested = fast.plain if isinstance(fast, TopLevel) else None
+        return fast.tuned if isinstance(fast, TopLevel) else fast
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -147,6 +152,8 @@ class Optimized:
             except JaxrwError:
                 raise
             except Exception as e:  # noqa: BLE001 - a fault of the user's arguments, or of jaxrw's?
+                if self._fast_nested is not None and is_nested_options_error(e):  # in an outer jit
+                    return self._fast_nested(*args, **kwargs)
                 return self._fast_failed(e, args, kwargs)
         if self._fast_state in ("broken", "disabled"):
             return self._jitted(*args, **kwargs)

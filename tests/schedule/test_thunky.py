@@ -349,9 +349,10 @@ def test_auto_choosing_an_xla_mode_keeps_jax_dispatch(monkeypatch):
     _called_three_times(opt)
     assert calls["select"] == 1 and calls["scheduled"] == 1
     assert opt._fast_state == "on" and opt._fast_mode == "xla-graphs"
-    assert isinstance(opt._fast, TopLevel)
+    # the jit with the options itself (no TopLevel frame per call); its plain twin for nested traces
+    assert not isinstance(opt._fast, TopLevel) and opt._fast_nested is not None
     x, w = jnp.ones((4, 8)), jnp.full((8, 8), 0.1)
-    tuned, plain = (f.lower(x, w).as_text() for f in (opt._fast.tuned, opt._fast.plain))
+    tuned, plain = (f.lower(x, w).as_text() for f in (opt._fast, opt._fast_nested))
     assert tuned == plain  # the same program; only how XLA launches it differs
     # the options cannot be nested in another jit: under jit/grad the plain twin is traced in
     np.testing.assert_allclose(jax.jit(opt)(x, w), jax.jit(_two_step)(x, w), rtol=1e-6)
@@ -365,7 +366,7 @@ def test_auto_choosing_an_xla_mode_keeps_jax_dispatch(monkeypatch):
     assert calls_xla["select"] == 1 and opt._fast_state == "off"
     np.testing.assert_allclose(opt(x, w), jax.jit(_two_step)(x, w), rtol=1e-6)
     opt.clear_cache()
-    assert opt._fast_mode == "xla" and not isinstance(opt._fast, TopLevel)
+    assert opt._fast_mode == "xla" and not isinstance(opt._fast, TopLevel) and opt._fast_nested is None
 
 
 def test_auto_under_an_outer_jit_does_not_time(monkeypatch):
