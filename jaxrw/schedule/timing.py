@@ -27,6 +27,7 @@ __all__ = [
     "peak_bytes",
     "MEASURED_MARGIN",
     "SAMPLE_S",
+    "COMPILE_LIMIT_S",
     "PEAK_ALLOWANCE_BYTES",
 ]
 
@@ -34,6 +35,11 @@ log = logging.getLogger("jaxrw")
 # auto keeps a candidate only when it measured at least this much faster: the H200 host's samples of
 # one program spread 3-5% within a run (bench "a second jax.jit": 0.97-1.03x)
 MEASURED_MARGIN = 0.05
+# XLA's modes are not compiled for a program whose own first call (compilation) took longer than
+# this: each mode is another whole compilation. On the H200 (bf16 run s) the programs past it were
+# gated_mlp_const, experts_equal, llama288_const (2.5-3.4 s: 7-8 s of timing modes, none kept or
+# faster in the bench) and the GPT training step (past the bench's 20 s limit with the modes)
+COMPILE_LIMIT_S = 2.0
 SAMPLE_S = 0.005  # seconds per timed sample when auto compares candidate schedules
 # peak memory a candidate may add beyond the relative slack: XLA's concurrent command buffers keep a
 # few KiB of bookkeeping (llama288's decode step: 7 KiB over 102 MiB, for 1.3x on the H200)
@@ -127,21 +133,28 @@ def pick_fastest(
     inputs: Sequence[Any] | None = None,
 ) -> tuple[str, float] | None:
     """The candidate measurably faster than `base` (by MEASURED_MARGIN, with a peak memory at most
-    `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's) and its speedup, or None. Timed
-    interleaved as the benchmarks time (rewrite.measure); each candidate also pays `call_overhead()` seconds
-    per call: the host time of the call path it needs and `base` does not (a 3% faster program is
-    no gain when each call costs ~10 µs more to issue); `charged` names the candidates that pay it
-    (default: all). `notes` collects what each candidate measured ("xla-graphs 0.99x", or why it
-    was refused: "xla-concurrent +12.0% peak memory"). Candidates in `launch_bound` can only save
-    kernel-launch time, at most `launch_s` a call: they are not compiled when that is under the
-    margin of base's measured time. `inputs`: concrete arguments to time on (the call's own, see
-    `device_inputs`); default random ones of `flat_specs`."""
+    `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's) and its speedup, or None.
+
+    Timed interleaved as the benchmarks time (rewrite.measure). Each candidate also pays
+    `call_overhead()` seconds per call: the host time of the call path it needs and `base` does
+    not (a 3% faster program is no gain when each call costs ~10 µs more to issue); `charged`
+    names the candidates that pay it (default: all). `notes` collects what each candidate
+    measured ("xla-graphs 0.99x"), or why it was refused ("xla-concurrent +12.0% peak memory").
+    Candidates in `launch_bound` can only save kernel-launch time, at most `launch_s` a call: they
+    are not compiled when that is under the margin of base's measured time, nor when base's first
+    call (its compilation) took longer than COMPILE_LIMIT_S. `inputs`: concrete arguments to time
+    on (the call's own, see `device_inputs`); default random ones of `flat_specs`."""
     notes = [] if notes is None else notes
     args = list(inputs) if inputs is not None else random_inputs(flat_specs)
-    want = jax.tree_util.tree_leaves(base(*args))
+    t = time.perf_counter()
+    want = jax.tree_util.tree_leaves(jax.block_until_ready(base(*args)))
+    compile_s = time.perf_counter() - t  # its first call: mostly compilation
     base_s = time_call(base, args, 3)
     if launch_s is not None and launch_bound and launch_s < MEASURED_MARGIN * base_s:
         notes.append(f"kernel launches ≤ {launch_s / base_s:.1%} of a call")
+        trial = {k: f for k, f in trial.items() if k not in launch_bound}
+    elif launch_bound and compile_s > COMPILE_LIMIT_S and any(k in trial for k in launch_bound):
+        notes.append(f"compiling took {compile_s:.1f} s")
         trial = {k: f for k, f in trial.items() if k not in launch_bound}
     if not trial:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import jax
 import jax.numpy as jnp
@@ -58,3 +59,28 @@ def test_side_by_side_compilation_is_skipped_on_small_machines_and_survives_faul
         raise RuntimeError("does not trace")
 
     timing.compile_side_by_side([jax.jit(broken), lambda x: x, jax.jit(lambda x: x * 7.0)], [x])
+
+
+def test_xla_modes_are_not_compiled_for_a_program_slow_to_compile(monkeypatch):
+    # each mode is one more whole compilation: past COMPILE_LIMIT_S of base's own, auto skips them
+    x = jnp.ones((8,), jnp.float32)
+    compiled = []
+
+    def mode(x):
+        compiled.append(1)  # traced (then compiled) only when the mode is tried
+        return x + 1.0
+
+    specs = [jax.ShapeDtypeStruct((8,), jnp.float32)]
+    kw = {"launch_s": 1.0, "launch_bound": ("xla-graphs",), "inputs": [x]}
+    monkeypatch.setattr(timing, "COMPILE_LIMIT_S", 0.0)
+    notes: list[str] = []
+    picked = timing.pick_fastest(
+        jax.jit(lambda x: x + 1.0), {"xla-graphs": jax.jit(mode)}, specs, "f", notes=notes, **kw
+    )
+    assert picked is None and compiled == [] and notes[0].startswith("compiling took")
+    monkeypatch.setattr(timing, "COMPILE_LIMIT_S", 60.0)
+    notes.clear()
+    timing.pick_fastest(
+        jax.jit(lambda x: x + 1.0), {"xla-graphs": jax.jit(mode)}, specs, "f", notes=notes, **kw
+    )
+    assert compiled and re.fullmatch(r"xla-graphs \d+\.\d\dx", notes[0])  # timed: "xla-graphs 1.01x"
