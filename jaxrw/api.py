@@ -414,7 +414,10 @@ class Optimized:
             if result.report.hoist_note and slow:
                 warnings.warn(f"jaxrw: {_name(self.fn)}: {result.report.hoist_note}", stacklevel=3)
             if tune and result.program is not None:  # not encoded (size limit): nothing to tune
-                self._autotune(result, closed, flat, leaves)
+                from .rewrite.autotune import apply_autotune
+
+                extra = f"{self.rules}|{self.numerics}|{self.cost_model}|{self.extractor}"
+                apply_autotune(result, closed, flat, leaves, k=self.autotune_k, key_extra=extra)
             if result.fn is not None:
                 check_decoded(result.fn, specs, closed)
         except JaxrwError as e:
@@ -461,19 +464,6 @@ class Optimized:
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
             return _Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
         return _Entry(call, out_tree, report, trace=kept)
-
-    def _autotune(self, result: Any, closed: Any, flat: Callable, leaves: list) -> None:
-        """Replace the model's choice by the measured-fastest of it, its runners-up and the original."""
-        from .rewrite.autotune import autotune
-
-        original = jax.jit(lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
-        extra = f"{self.rules}|{self.numerics}|{self.cost_model}|{self.extractor}"
-        choice = autotune(result, closed, original, leaves, k=self.autotune_k, key_extra=extra)
-        result.fn = choice.fn
-        result.report.rewritten = choice.fn is not None
-        result.report.autotune = {"winner": choice.winner, "times": choice.times, "cached": choice.from_cache}
-        if choice.fn is None:
-            result.report.guard_note = "the original measured fastest"
 
     def _slow_leaves(self, owners: list[int | str], leaves: list) -> frozenset[int]:
         """Leaves of hoisted arguments: jax arrays only (immutable, so identity is a sound cache

@@ -24,7 +24,7 @@ from .measure import time_interleaved
 from .profiles import cache_dir
 from .run import RewriteResult, original_classes
 
-__all__ = ["AutotuneChoice", "autotune", "program_key", "cache_path"]
+__all__ = ["AutotuneChoice", "autotune", "apply_autotune", "program_key", "cache_path"]
 
 ORIGINAL = "original"
 
@@ -111,3 +111,22 @@ def autotune(
     cache[key] = {"winner": winner, "times": times}
     _save(path, cache)
     return AutotuneChoice(decoded.get(winner), winner, times)
+
+
+def apply_autotune(
+    result: RewriteResult,
+    closed: Any,
+    flat: Callable[..., Any],
+    leaves: Sequence[Any],
+    k: int,
+    key_extra: str = "",
+) -> None:
+    """optimize(autotune=True): replace the model's choice in `result` by the measured-fastest of
+    it, its runners-up and the original program (`flat`, a function of the flat leaves)."""
+    original = jax.jit(lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
+    choice = autotune(result, closed, original, leaves, k=k, key_extra=key_extra)
+    result.fn = choice.fn
+    result.report.rewritten = choice.fn is not None
+    result.report.autotune = {"winner": choice.winner, "times": choice.times, "cached": choice.from_cache}
+    if choice.fn is None:
+        result.report.guard_note = "the original measured fastest"
