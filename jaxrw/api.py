@@ -442,7 +442,7 @@ class Optimized:
 
         t_schedule = time.perf_counter()  # auto's timing of candidate schedules: a phase of its own
         if hoisted is not None:  # the main program stays a plain jit behind the identity check
-            mode, why = choice.for_hoisted(self.schedule, hoisted, specs, leaves, self.schedule_memory_slack)
+            mode, why = choice.for_hoisted(self.schedule, hoisted, leaves, self.schedule_memory_slack)
             call = HoistedCall(hoisted, donate, mode)
             report.schedule = f"{mode}: {why}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule

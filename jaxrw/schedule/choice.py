@@ -69,9 +69,7 @@ def for_program(
     return chosen, why
 
 
-def for_hoisted(
-    mode: str, hoisted: Any, specs: Sequence[Any], leaves: Sequence[Any], memory_slack: float
-) -> tuple[str, str]:
+def for_hoisted(mode: str, hoisted: Any, leaves: Sequence[Any], memory_slack: float) -> tuple[str, str]:
     """(XLA mode for the main program, why). Only auto times anything; thunky streams are not
     used for hoisted programs (their prologue values are cached outside any schedule)."""
     if mode != "auto":
