@@ -399,3 +399,95 @@ def test_bound_functions_called_with_too_few_arguments_say_so():
         np.testing.assert_allclose(bound(x), g(x, p), rtol=1e-4, atol=1e-5)
         with pytest.raises(jaxrw.JaxrwError):
             bound()
+
+
+# -- the hot path's identity check without flattening (hoist.snapshot / hoist.unchanged) -------------
+
+
+def _leaf(i):
+    return jnp.full((2,), float(i), jnp.float32)
+
+
+def _trees(draw_leaf):
+    """Nested dicts (string keys), lists, tuples and None around jax arrays."""
+    return st.recursive(
+        st.one_of(st.just(None), draw_leaf),
+        lambda kids: st.one_of(
+            st.lists(kids, max_size=4),
+            st.lists(kids, max_size=4).map(tuple),
+            st.dictionaries(st.sampled_from("abcde"), kids, max_size=4),
+        ),
+        max_leaves=12,
+    )
+
+
+def _rebuilt(tree, change):
+    """A copy of `tree` with fresh containers; `change(leaf_index, leaf)` picks each leaf."""
+    count = iter(range(1 << 30))
+
+    def go(t):
+        if isinstance(t, jax.Array):
+            return change(next(count), t)
+        if isinstance(t, dict):
+            return {k: go(v) for k, v in t.items()}
+        if isinstance(t, (list, tuple)):
+            return type(t)(go(v) for v in t)
+        return t
+
+    return go(tree)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=_trees(st.integers(0, 9).map(_leaf)), replace=st.integers(-1, 11), seed=st.integers(0, 3))
+def test_unchanged_means_flattening_would_give_the_same_leaves(tree, replace, seed):
+    from jaxrw.hoist import snapshot, unchanged
+
+    snap = snapshot(tree)
+    assert snap is not None  # plain containers of jax arrays are always snapshotted
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    same = _rebuilt(tree, lambda i, x: x)  # new containers, the same arrays: still unchanged
+    assert unchanged(same, snap)
+    other = _rebuilt(tree, lambda i, x: _leaf(seed) if i == replace else x)  # one array replaced
+    now, now_def = jax.tree_util.tree_flatten(other)
+    if unchanged(other, snap):
+        assert now_def == treedef and all(a is b for a, b in zip(now, leaves, strict=True))
+    else:
+        assert 0 <= replace < len(leaves)
+
+
+def test_unchanged_notices_changed_containers_and_refuses_other_nodes():
+    from jaxrw.hoist import snapshot, unchanged
+
+    a, b = _leaf(1), _leaf(2)
+    snap = snapshot({"p": [a, {"q": b}], "r": (a,)})
+    assert unchanged({"p": [a, {"q": b}], "r": (a,)}, snap)
+    assert not unchanged({"p": [a, {"q": a}], "r": (a,)}, snap)  # a leaf replaced deep inside
+    assert not unchanged({"p": [a, {"s": b}], "r": (a,)}, snap)  # a key renamed
+    assert not unchanged({"r": (a,), "p": [a, {"q": b}]}, snap)  # another key order: checked again
+    assert not unchanged({"p": (a, {"q": b}), "r": (a,)}, snap)  # a list became a tuple
+    assert not unchanged({"p": [a, {"q": b}], "r": (a, b)}, snap)  # a leaf added
+    assert not unchanged({"p": [a, {"q": b}]}, snap)
+    # numpy arrays (mutable in place), Python scalars, other keys and pytree classes: flattened
+    assert snapshot({"w": np.ones(2)}) is None and snapshot([1.0]) is None and snapshot({1: a}) is None
+    assert snapshot(jax.tree_util.Partial(jnp.add, a)) is None
+
+
+def test_the_hot_path_with_nested_parameters_follows_in_place_dict_changes():
+    # a parameter dict changed in place (a leaf replaced) is a new parameter set: checked without
+    # flattening while unchanged, and noticed as soon as one leaf is another array
+    def g(params, x):
+        return jnp.tanh(x @ (params["layers"][0]["A"] @ params["layers"][0]["B"])) + params["bias"]
+
+    p0 = _params(95)
+    p = {"layers": [{"A": p0["A"], "B": p0["B"]}], "bias": jnp.ones(64, jnp.float32)}
+    x = _x(96)
+    opt = jaxrw.optimize(g, hoist_argnums=0)
+    for i in range(3):
+        np.testing.assert_allclose(opt(p, x + i), g(p, x + i), rtol=1e-4, atol=1e-5)
+    hot = opt._hot_path
+    assert hot is not None and hot.snapshot is not None and len(hot.passed) == 1  # bias, read by main
+    p["layers"][0]["A"] = p["layers"][0]["A"] * 2.0  # in place: the same dicts, a new array
+    for _ in range(2):
+        np.testing.assert_allclose(opt(p, x), g(p, x), rtol=1e-4, atol=1e-5)
+    p["bias"] = p["bias"] + 1.0  # a leaf the main program reads itself
+    np.testing.assert_allclose(opt(p, x), g(p, x), rtol=1e-4, atol=1e-5)
