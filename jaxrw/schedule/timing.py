@@ -106,6 +106,8 @@ def compile_side_by_side(fns: Iterable[Callable], args: Sequence[Any]) -> None:
             lowered.append(f.lower(*args))  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001 - not a jit, or it fails: its first call says so
             continue
+    if len(lowered) < 2:  # one compiles as fast on its first call; none: nothing to do
+        return
     with ThreadPoolExecutor(max_workers=len(lowered)) as pool:
         for _ in pool.map(_compile_quietly, lowered):
             pass

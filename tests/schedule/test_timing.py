@@ -59,6 +59,7 @@ def test_side_by_side_compilation_is_skipped_on_small_machines_and_survives_faul
         raise RuntimeError("does not trace")
 
     timing.compile_side_by_side([jax.jit(broken), lambda x: x, jax.jit(lambda x: x * 7.0)], [x])
+    timing.compile_side_by_side([jax.jit(broken), jax.jit(broken)], [x])  # none lowers: a no-op
 
 
 def test_xla_modes_are_not_compiled_for_a_program_slow_to_compile(monkeypatch):
