@@ -64,7 +64,7 @@ def for_program(
         profile,
         memory_slack=memory_slack,
         call_overhead=python_path_overhead_s,
-        inputs=None if why else device_inputs(leaves),
+        inputs=device_inputs(leaves) if mode == "auto" else None,  # only auto times candidates
     )
     return chosen, why
 

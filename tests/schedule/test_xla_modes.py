@@ -199,3 +199,17 @@ def test_a_handed_off_signature_runs_jax_jits_program_under_the_mode_measured_fo
     assert any(all(map(operator.is_, given[1], [q["A"], q["B"], x])) for q in ps)
     assert opt._fast_state == "on" and opt._fast_mode == "xla-concurrent"
     np.testing.assert_allclose(jax.jit(opt)(p, x), jax.jit(_hoisted)(p, x), rtol=1e-5, atol=1e-6)
+
+
+def test_only_auto_puts_the_calls_arrays_on_the_device_to_time_them(monkeypatch):
+    # "xla" and "streams" time nothing: the call's (possibly large, host) arrays are not copied
+    monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
+    given = []
+    monkeypatch.setattr(choice, "device_inputs", lambda leaves: given.append(leaves) or list(leaves))
+    x, w = np.ones((4, 8), np.float32), np.full((8, 8), 0.1, np.float32)
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, w)]
+    for mode in ("xla", "auto"):
+        sel, why = choice.for_program(mode, _chain, specs, [x, w], (), None, 0.0)
+        np.testing.assert_allclose(sel.fn(x, w), _chain(x, w), rtol=1e-6)
+        assert why == ""
+    assert len(given) == 1 and given[0][0] is x  # auto's only
