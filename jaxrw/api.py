@@ -37,7 +37,7 @@ from .rewrite.decode import check_decoded
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
-from .schedule.xla_modes import XLA_MODES, TopLevel, is_nested_options_error, tuned_jit
+from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
 from .signature import leaf_key, leaf_owners, spec, static_key
 from .tolerance import relative_error, tolerance
 
@@ -136,8 +136,8 @@ class Optimized:
             static_argnames=self.static_argnames,
             donate_argnums=self.donate_argnums,
         )
-        self._fast_nested = fast.plain if isinstance(fast, TopLevel) else None
-        return fast.tuned if isinstance(fast, TopLevel) else fast
+        fast, self._fast_nested = without_frame(fast)
+        return fast
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

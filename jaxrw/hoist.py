@@ -17,7 +17,7 @@ from typing import Any
 import jax
 
 from . import compat
-from .schedule.xla_modes import TopLevel, is_nested_options_error, tuned_jit
+from .schedule.xla_modes import is_nested_options_error, tuned_jit, without_frame
 from .signature import leaf_key, leaf_owners  # the signature key optimize uses
 
 __all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "HANDOFF_AFTER", "picker", "bind", "handoff_schedule"]
@@ -274,10 +274,9 @@ class HotPath:
         self.ids: tuple[int, ...] | None = None  # of the hoisted leaves the values belong to
         self.h_ids: tuple[int, ...] | None = None  # h.ids then: replaced if the prologue reruns
         self.layout = _Layout(opt, entry, key, args, kwargs)
-        call = self.layout.main_jit(opt, entry, key, NotHot)
         # under an XLA mode, the jit with its options itself (no TopLevel frame per call) and, for
-        # calls inside another jit's trace, its plain twin (`_main`)
-        self.call, self.nested = (call.tuned, call.plain) if isinstance(call, TopLevel) else (call, None)
+        # calls inside another jit's trace, its plain twin (`nested`)
+        self.call, self.nested = without_frame(self.layout.main_jit(opt, entry, key, NotHot))
         self.snapshot: tuple | None = None  # of the hoisted arguments the values belong to
         self.passed: list[weakref.ref] = []  # the hoisted leaves the main program reads
 

@@ -155,7 +155,7 @@ def pick_fastest(
     if launch_s is not None and launch_bound and launch_s < MEASURED_MARGIN * base_s:
         notes.append(f"kernel launches ≤ {launch_s / base_s:.1%} of a call")
         trial = {k: f for k, f in trial.items() if k not in launch_bound}
-    elif launch_bound and compile_s > COMPILE_LIMIT_S and any(k in trial for k in launch_bound):
+    elif compile_s > COMPILE_LIMIT_S and any(k in trial for k in launch_bound):
         notes.append(f"compiling took {compile_s:.1f} s")
         trial = {k: f for k, f in trial.items() if k not in launch_bound}
     if not trial:

@@ -22,6 +22,7 @@ __all__ = [
     "XLA_REGIONS",
     "jit_mode",
     "tuned_jit",
+    "without_frame",
     "TopLevel",
     "is_nested_options_error",
     "launch_s",
@@ -58,6 +59,13 @@ def tuned_jit(fn: Callable, mode: str, plain: Any = None, **jit_kwargs: Any) -> 
     if mode == "xla":
         return plain
     return TopLevel(jit_mode(fn, mode, **jit_kwargs), plain)
+
+
+def without_frame(f: Any) -> tuple[Callable, Callable | None]:
+    """(what to call, what to call instead inside another jit's trace, or None) for a tuned_jit
+    result: a TopLevel's jit with options and its plain twin, so a hot call path can catch
+    `is_nested_options_error` itself instead of paying TopLevel's Python frame on every call."""
+    return (f.tuned, f.plain) if isinstance(f, TopLevel) else (f, None)
 
 
 def is_nested_options_error(e: BaseException) -> bool:
