@@ -9,11 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..rewrite.measure import paired_ratio
+
 __all__ = [
     "summarize_suites",
     "geomean",
     "same_program",
     "in_jit_speedup",
+    "paired_speedup",
     "fmt_time",
     "rules_summary",
     "stop_summary",
@@ -35,6 +38,7 @@ def summarize_suites(records: list[dict]) -> dict[str, dict[str, Any]]:
     for key in dict.fromkeys((r["suite"], r["dtype"]) for r in records):
         rs = [r for r in records if (r["suite"], r["dtype"]) == key]
         sp = [r["speedup"] for r in rs if r.get("speedup")]
+        paired = [p for p in map(paired_speedup, rs) if p is not None]
         out[f"{key[0]}/{key[1]}"] = {
             "suite": key[0],
             "dtype": key[1],
@@ -46,6 +50,8 @@ def summarize_suites(records: list[dict]) -> dict[str, dict[str, Any]]:
             "max_speedup": max(sp, default=None),
             "min_speedup": min(sp, default=None),
             "slower": [r["case"] for r in rs if r.get("speedup") and r["speedup"] < SLOWER],
+            "min_paired": min(paired, default=None),
+            "slower_paired": [r["case"] for r in rs if (paired_speedup(r) or SLOWER) < SLOWER],
             "errors": [r["case"] for r in rs if r["status"] == "error"],
             "skipped": [r["case"] for r in rs if r["status"] == "skipped"],
             "not_timed": [r["case"] for r in rs if r["status"] == "ok" and not r.get("speedup")],
@@ -65,6 +71,17 @@ def same_program(rec: dict) -> bool:
 def in_jit_speedup(rec: dict) -> float | None:
     """The in-jit speedup; 1.0 for the same program (counted so in geometric means, by construction)."""
     return 1.0 if same_program(rec) else rec.get("speedup_in_jit")
+
+
+def paired_speedup(rec: dict, name: str = "jaxrw") -> float | None:
+    """jax.jit's time over `name`'s, as the median over rounds of their ratio within a round
+    (`measure.paired_ratio`; robust to a change of clock or load between rounds), from the samples
+    in the record, so it can be computed for results recorded before it was reported."""
+    v = rec.get("variants") or {}
+    if "jax.jit" not in v or name not in v:
+        return None
+    r = paired_ratio(v["jax.jit"].get("samples_s") or [], v[name].get("samples_s") or [])
+    return r if math.isfinite(r) else None
 
 
 def fmt_time(s: float | None) -> str:
@@ -100,6 +117,9 @@ def case_notes(rec: dict) -> str:
         parts.append(f"bound: {rec['speedup_bind']:.2f}x")
     if rep.get("schedule") and not str(rep["schedule"]).startswith("xla:"):
         parts.append(f"schedule {rep['schedule']}")
+    paired = paired_speedup(rec)
+    if paired and rec.get("speedup") and abs(math.log(paired / rec["speedup"])) > math.log(1.05):
+        parts.append(f"paired by round: {paired:.2f}x")
     if rec.get("second_jit"):
         parts.append(f"a second jax.jit: {rec['second_jit']:.2f}x")
     if rec.get("speedup_new_args"):

@@ -32,6 +32,7 @@ from ..api import optimize, relative_error, tolerance
 from ..errors import Interrupt
 from ..hoist import HANDOFF_AFTER
 from .case import Case, Instance
+from .report import paired_speedup
 from .timing import measure
 
 __all__ = [
@@ -276,6 +277,7 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
     v = rec["variants"]
     base = v["jax.jit"]["median_s"]
     rec["speedup"] = base / v["jaxrw"]["median_s"] if "jaxrw" in v else None
+    rec["speedup_paired"] = paired_speedup(rec)  # the same, as the median of per-round ratios
     rec["speedup_in_jit"] = base / v["jaxrw@jit"]["median_s"] if "jaxrw@jit" in v else None
     rec["hand_speedup"] = base / v["hand"]["median_s"] if "hand" in v else None
     if "jaxrw:new-args" in v:

@@ -18,6 +18,7 @@ from .report import (
     case_notes,
     fmt_time,
     fmt_x,
+    paired_speedup,
     rules_summary,
     same_program,
     stop_summary,
@@ -88,6 +89,11 @@ def markdown(result: dict) -> str:
     lines.append(
         f"Slower than jax.jit (< {SLOWER}x): "
         + (", ".join(f"{r['suite']}/{r['case']} {r['speedup']:.2f}x" for r in slower) or "none")
+    )
+    slower_paired = [(r, p) for r in cases if (p := paired_speedup(r)) is not None and p < SLOWER]
+    lines.append(
+        f"Slower than jax.jit by the per-round ratio (< {SLOWER}x): "
+        + (", ".join(f"{r['suite']}/{r['case']} {p:.2f}x" for r, p in slower_paired) or "none")
     )
     untimed = [r for r in cases if r["status"] == "ok" and not r.get("speedup")]
     if untimed:

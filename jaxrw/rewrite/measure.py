@@ -8,7 +8,10 @@ temperature hits all variants alike), each sample after one untimed call (what s
 another variant's executable and data costs is not charged to this one: in a sample of ~20
 calls, one call twice as slow as the rest would move the mean by 5%). A sample dispatches its
 calls and blocks on the last result (`block_until_ready`): the time per call is the sample's time
-divided by its calls. The summary is the median; every sample is kept.
+divided by its calls. The summary is the median; every sample is kept. Two variants are compared
+by `paired_ratio`, the median over rounds of their ratio within a round: samples of one round are
+taken milliseconds apart, so a change of clock or host load between rounds (on the H200 host, a
+case whose every variant ran 2x slower for its first five rounds) moves both alike.
 """
 
 from __future__ import annotations
@@ -21,7 +24,16 @@ from typing import Any
 
 import jax
 
-__all__ = ["Timing", "measure", "block", "compile_and_warm", "time_interleaved", "time_one"]
+__all__ = [
+    "Timing",
+    "measure",
+    "paired_ratio",
+    "round_ratios",
+    "block",
+    "compile_and_warm",
+    "time_interleaved",
+    "time_one",
+]
 
 
 @dataclass
@@ -51,6 +63,18 @@ class Timing:
             "compile_s": self.compile_s,
             "samples_s": list(self.samples),
         }
+
+
+def round_ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
+    """num[i] / den[i] per round (samples of two variants in round order)."""
+    return [a / b for a, b in zip(num, den, strict=False) if b > 0]
+
+
+def paired_ratio(num: Sequence[float], den: Sequence[float]) -> float:
+    """Median over rounds of num[i] / den[i]: how many times slower `num` ran than `den` in the
+    same round. NaN when no round has both."""
+    ratios = round_ratios(num, den)
+    return statistics.median(ratios) if ratios else float("nan")
 
 
 def block(x: Any) -> Any:

@@ -3,6 +3,7 @@ reference and the case registry."""
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import jax
@@ -12,7 +13,7 @@ import pytest
 
 from jaxrw.bench import runner, timing
 from jaxrw.bench.case import CASES, Rand, load_suites, select
-from jaxrw.bench.report import geomean, summarize_suites
+from jaxrw.bench.report import geomean, paired_speedup, summarize_suites
 from jaxrw.errors import InvalidOptionError
 
 load_suites()
@@ -113,6 +114,27 @@ def test_summary_geomean_and_slower_cases():
     assert s["geomean_speedup"] == pytest.approx(1.0) and s["geomean_hand"] == pytest.approx(2.0)
     assert s["slower"] == ["b"] and s["errors"] == ["c"] and s["timed"] == 2
     assert geomean([]) is None
+
+
+def test_paired_speedup_reads_the_samples_round_by_round():
+    # llama288_const, bfloat16, H200 run s: every variant ran ~2x slower for its first five or six
+    # rounds; the ratio of medians said 0.73x, every round but the switching one said ~1.4x
+    jit = [637, 581, 601, 576, 576, 272, 275, 278, 285, 291, 297]
+    rw = [455, 442, 434, 425, 423, 407, 198, 194, 197, 198, 207]
+    rec = {
+        "suite": "models",
+        "dtype": "bfloat16",
+        "case": "llama288_const",
+        "status": "ok",
+        "speedup": 297 / 407,
+        "variants": {"jax.jit": {"samples_s": jit}, "jaxrw": {"samples_s": rw}},
+    }
+    per_round = [a / b for a, b in zip(jit, rw, strict=True)]
+    assert paired_speedup(rec) == pytest.approx(statistics.median(per_round))
+    assert 1.35 < paired_speedup(rec) < 1.45
+    s = summarize_suites([rec])["models/bfloat16"]
+    assert s["slower"] == ["llama288_const"] and s["slower_paired"] == []  # both are reported
+    assert paired_speedup({"variants": {"jax.jit": {"samples_s": jit}}}) is None  # jaxrw not timed
 
 
 def test_rotating_calls_switch_argument_sets():

@@ -8,6 +8,7 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxrw.schedule import timing
 
@@ -85,3 +86,34 @@ def test_xla_modes_are_not_compiled_for_a_program_slow_to_compile(monkeypatch):
         jax.jit(lambda x: x + 1.0), {"xla-graphs": jax.jit(mode)}, specs, "f", notes=notes, **kw
     )
     assert compiled and re.fullmatch(r"xla-graphs \d+\.\d\dx", notes[0])  # timed: "xla-graphs 1.01x"
+
+
+def _rounds(monkeypatch, samples: dict[str, list[float]]) -> None:
+    """pick_fastest's interleaved samples, per round, as given (by variant name)."""
+    from jaxrw.rewrite.measure import Timing
+
+    monkeypatch.setattr(timing, "time_call", lambda f, args, calls=20: 1.0)
+    monkeypatch.setattr(timing, "peak_bytes", lambda f, args: None)
+    monkeypatch.setattr(
+        timing, "measure", lambda variants, repeats, **kw: {k: Timing(list(samples[k]), 1) for k in variants}
+    )
+
+
+def test_a_candidate_is_judged_round_by_round(monkeypatch):
+    base, cand = (lambda x: x + 1), (lambda x: x + 1)
+    specs = [jax.ShapeDtypeStruct((4,), np.float32)]
+    # the host slowed 2x after round 5: by medians the candidate looks 1.5x slower; in every round
+    # it was 1.2x faster (measured on the H200: a case whose variants all ran 2x slower for a while)
+    slow, fast = [2.0] * 5 + [1.0] * 4, [2.0 / 1.2] * 4 + [1.0 / 1.2] * 5
+    _rounds(monkeypatch, {"xla": slow, "xla-graphs": fast})
+    picked = timing.pick_fastest(base, {"xla-graphs": cand}, specs, "f")
+    assert picked is not None and picked[0] == "xla-graphs" and picked[1] == pytest.approx(1.2)
+    # a candidate whose median round is 1.2x but that lost in three rounds of nine is not steady
+    mixed = [1.0 / 1.2] * 6 + [1.1] * 3
+    _rounds(monkeypatch, {"xla": [1.0] * 9, "xla-graphs": mixed})
+    notes: list[str] = []
+    assert timing.pick_fastest(base, {"xla-graphs": cand}, specs, "f", notes=notes) is None
+    assert notes == ["xla-graphs 1.20x"]
+    # within the margin: refused
+    _rounds(monkeypatch, {"xla": [1.0] * 9, "xla-graphs": [1.0 / 1.04] * 9})
+    assert timing.pick_fastest(base, {"xla-graphs": cand}, specs, "f") is None
