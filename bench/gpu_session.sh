@@ -10,6 +10,8 @@
 #                                      # jax 0.12, float32 and bfloat16, 9 samples per variant
 #   bench/gpu_session.sh modes         # XLA's command-buffer settings on jax.jit and hand programs
 #                                      # (bench/xla_options_h200.py), then jaxrw's hoisted calls
+#   bench/gpu_session.sh variance      # separate compilations of one program, with and without
+#                                      # XLA's autotuning (bench/compile_variance_h200.py), jax 0.12
 #
 # Set JAXRW_COMMIT to the commit the tree was copied from: the device's copy of .git can be stale,
 # and the JSON records it as the run's commit.
@@ -57,5 +59,13 @@ case "${1:-}" in
     python3 bench/hoist_h200.py --case llama288_hoist nasrnn_args_hoist --calls 100 --repeats 5 \
       --json "$OUT/h200-${STAMP:-modes}-hoist-diag.json"
     ;;
-  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes" >&2; exit 2 ;;
+  variance)
+    export PYTHONPATH=/tmp/site12:$base_path
+    cases="experts_mixed_8 qkv_args_decode multibranch_cell experts_mixed_64"
+    python3 bench/compile_variance_h200.py --case $cases --json "$OUT/h200-${STAMP:-v}-variance-bf16.json"
+    XLA_FLAGS=--xla_gpu_autotune_level=0 python3 bench/compile_variance_h200.py --case $cases \
+      --json "$OUT/h200-${STAMP:-v}-variance-bf16-noautotune.json"
+    python3 bench/compile_variance_h200.py --case $cases --dtype float32 --json "$OUT/h200-${STAMP:-v}-variance-f32.json"
+    ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance" >&2; exit 2 ;;
 esac

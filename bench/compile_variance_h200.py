@@ -1,0 +1,81 @@
+"""How far separate compilations of one program differ in speed on a GPU, and whether XLA's GEMM
+autotuning is the cause.
+
+    python bench/compile_variance_h200.py [--case experts_mixed_8 ...] [--dtype bfloat16] [--json PATH]
+    XLA_FLAGS=--xla_gpu_autotune_level=0 python bench/compile_variance_h200.py ...   # no autotuning
+
+For each case (large size): `--copies` jax.jit compilations of the same function (each traced and
+compiled apart), timed interleaved (`rewrite.measure`, medians and per-round ratios to the first
+copy), with a fingerprint of each compiled program's text so equal programs show as equal. Where
+jaxrw keeps a program it is one more such compilation: the spread here is the floor under a kept
+case's speedup in the benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+
+import jax
+
+from jaxrw.bench.case import CASES, load_suites
+from jaxrw.rewrite.measure import measure, paired_ratio
+
+
+def _fingerprint(jitted, args) -> str:
+    text = jitted.lower(*args).compile().as_text()
+    text = re.sub(r"HloModule \S+", "HloModule m", text)  # the module name follows the function's
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def run_case(name: str, dtype: str, copies: int, repeats: int) -> dict:
+    load_suites()
+    inst = CASES[name].instance("large", dtype)
+    args = inst.args(1)
+    jits = {f"jit#{i}": jax.jit(lambda *a: inst.fn(*a)) for i in range(copies)}  # noqa: B023 - same fn
+    prints = {k: _fingerprint(f, args) for k, f in jits.items()}
+    timed = measure({k: (f, args) for k, f in jits.items()}, repeats=repeats, sample_s=0.02)
+    first = timed["jit#0"].samples
+    rows = {
+        k: {
+            "median_us": t.median * 1e6,
+            "vs_first": timed["jit#0"].median / t.median,
+            "vs_first_paired": paired_ratio(first, t.samples),
+            "program": prints[k],
+            "samples_s": t.samples,
+        }
+        for k, t in timed.items()
+    }
+    return {"case": name, "dtype": dtype, "copies": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", nargs="+", default=["experts_mixed_8", "qkv_args_decode", "multibranch_cell"])
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--copies", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=11)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    flags = os.environ.get("XLA_FLAGS", "")
+    out = {"device": str(jax.devices()[0]), "jax": jax.__version__, "xla_flags": flags, "cases": []}
+    for name in a.case:
+        res = run_case(name, a.dtype, a.copies, a.repeats)
+        out["cases"].append(res)
+        ratios = [r["vs_first_paired"] for r in res["copies"].values()]
+        programs = len({r["program"] for r in res["copies"].values()})
+        print(
+            f"{flags or 'default':32} {a.dtype:9} {name:20} paired vs first: "
+            + " ".join(f"{x:.2f}" for x in ratios)
+            + f"  | {programs} distinct program(s)"
+        )
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
