@@ -31,6 +31,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from jaxrw.rewrite.measure import measure, paired_ratio  # noqa: E402
 from jaxrw.rewrite.profiles import default_profile  # noqa: E402
 from jaxrw.schedule import Scheduled, plan_program, schedule_program, select  # noqa: E402
 from jaxrw.schedule.timing import random_inputs, time_call  # noqa: E402
@@ -178,7 +179,7 @@ def tolerance(dtype):
     return 1e-2 if "16" in str(dtype) else 1e-5
 
 
-def run_case(name, desc, fn, specs, profile, samples, budget_end):
+def run_case(name, desc, fn, specs, profile, samples):
     rec = {"case": name, "description": desc, "dtype": str(specs[0].dtype), "variants": {}}
     closed = jax.make_jaxpr(fn)(*specs)
     args = random_inputs(specs, seed=1)
@@ -234,25 +235,21 @@ def run_case(name, desc, fn, specs, profile, samples, budget_end):
             rec["variants"][label] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc(-3)}
             variants.pop(label)
     del want
-    # calls per sample: about 20 ms of XLA time
-    t1 = time_call(xla, args, 5)
-    calls = int(min(500, max(5, 0.02 / max(t1, 1e-6))))
-    times = {k: [] for k in variants}
-    for _ in range(samples):
-        for label, f in variants.items():
-            times[label].append(time_call(f, args, calls))
-        if time.perf_counter() > budget_end:
-            break
-    base = float(np.median(times["xla"]))
-    for label, ts in times.items():
-        med = float(np.median(ts))
+    # the benchmarks' timing (rewrite.measure: ~20 ms samples, order rotated per round, each after
+    # one untimed call); speedups as ratios of medians and as medians of per-round ratios
+    pairs = {k: (f, tuple(args)) for k, f in variants.items()}
+    timed = measure(pairs, repeats=samples, sample_s=0.02, max_calls=500)
+    base = timed["xla"]
+    for label, tm in timed.items():
         v = rec["variants"].setdefault(label, {})
         v.update(
-            median_us=med * 1e6,
-            spread_us=[min(ts) * 1e6, max(ts) * 1e6],
-            samples=len(ts),
-            calls=calls,
-            speedup=base / med,
+            median_us=tm.median * 1e6,
+            spread_us=[min(tm.samples) * 1e6, max(tm.samples) * 1e6],
+            samples=len(tm.samples),
+            samples_us=[x * 1e6 for x in tm.samples],
+            calls=tm.calls,
+            speedup=base.median / tm.median,
+            speedup_paired=paired_ratio(base.samples, tm.samples),
         )
         f = variants[label]
         jitted = f.fast if isinstance(f, Scheduled) else (f if hasattr(f, "lower") else None)
@@ -326,7 +323,7 @@ def main():
         t = time.perf_counter()
         try:
             samples = 3 if opts.quick or opts.smoke else opts.samples
-            rec = run_case(name, desc, fn, specs, profile, samples, t0 + BUDGET_S)
+            rec = run_case(name, desc, fn, specs, profile, samples)
         except Exception as e:  # noqa: BLE001
             rec = {
                 "case": name,
