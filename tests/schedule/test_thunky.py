@@ -229,6 +229,31 @@ def test_auto_follows_predictions_without_measuring(monkeypatch):
     np.testing.assert_allclose(plain(*args), fn(*args), rtol=1e-5)
 
 
+def test_forced_streams_keep_to_xla_peak_memory(monkeypatch):
+    # the planner's streams compiled to more peak memory than jax.jit's program (on the H200:
+    # experts_medium_4, two streams 502 MiB, XLA 462): one stream instead, and the reason says so
+    _pretend_cuda(monkeypatch)
+    fn, args, _ = cell(np.random.default_rng(0))
+    specs = specs_of(args)
+    mib = 1 << 20
+
+    def peaks(extra):
+        def peak(f, a):
+            return 100 * mib + (extra if "jaxrw_scheduled" in getattr(f, "__name__", "") else 0)
+
+        return peak
+
+    monkeypatch.setattr(sched_thunky, "peak_bytes", peaks(40 * mib))
+    one = schedule_program(fn, specs, "streams", SLOW)
+    assert one.plan.streams == 1 and one.decision.reason.startswith("one stream: ")
+    assert "140.0 MiB of peak memory, XLA 100.0 MiB" in one.decision.reason
+    monkeypatch.setattr(sched_thunky, "peak_bytes", peaks(4096))  # within the allowance: kept
+    kept = schedule_program(fn, specs, "streams", SLOW)
+    assert kept.plan.streams > 1
+    monkeypatch.setattr(sched_thunky, "peak_bytes", lambda f, a: None)  # unknown: kept
+    assert schedule_program(fn, specs, "streams", SLOW).plan.streams > 1
+
+
 def test_auto_survives_a_candidate_that_fails(monkeypatch, caplog):
     _pretend_cuda(monkeypatch)  # the thunky candidate cannot run on this CPU: auto must shrug it off
     fn, args, _ = cell(np.random.default_rng(0))
