@@ -138,7 +138,8 @@ def pick_fastest(
     """The candidate measurably faster than `base` (by MEASURED_MARGIN, with a peak memory at most
     `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's) and its speedup, or None.
 
-    Timed interleaved as the benchmarks time (rewrite.measure). Each candidate also pays
+    Timed interleaved as the benchmarks time (rewrite.measure) and judged round by round: the
+    median round must show the margin, and three rounds of four a gain. Each candidate also pays
     `call_overhead()` seconds per call: the host time of the call path it needs and `base` does
     not (a 3% faster program is no gain when each call costs ~10 µs more to issue); `charged`
     names the candidates that pay it (default: all). `notes` collects what each candidate
