@@ -117,16 +117,14 @@ def optimization_table(result: dict, suites: tuple[str, ...] = ("models",)) -> s
     rows = [r for r in result["cases"] if r["suite"] in suites and r["status"] == "ok" and r.get("opt_s")]
     if not rows:
         return ""
-    head = ["case", "equations", "optimize s", "s per 1,000 eqns", "encode / rewrite / extract / schedule s",
-            "e-graph", "stop"]  # fmt: skip
+    head = ["case", "equations", "optimize s", "s per 1,000 eqns", " / ".join(PHASES) + " s", "e-graph",
+            "stop"]  # fmt: skip
     lines = [_row(head), _row(["---"] * len(head))]
     for r in rows:
         rep = r.get("report") or {}
         n, ph = rep.get("n_equations"), rep.get("phase_s", {})
         per = f"{r['opt_s'] / n * 1000:.1f}" if n else "—"
-        phases = " / ".join(
-            f"{ph[k]:.2f}" if k in ph else "—" for k in ("encode", "rewrite", "extract", "schedule")
-        )
+        phases = " / ".join(f"{ph[k]:.2f}" if k in ph else "—" for k in PHASES)
         opt = f"> {r['opt_s']:.0f} (timeout)" if r.get("opt_timeout") else f"{r['opt_s']:.2f}"
         lines.append(_row([r["case"], str(n or "—"), opt, per, phases, str(rep.get("egraph_nodes", "—")),
                            stop_summary(r)]))  # fmt: skip
