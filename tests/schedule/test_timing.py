@@ -1,4 +1,5 @@
-"""schedule.timing: candidates compiled side by side before auto times them."""
+"""schedule.timing: candidates compiled side by side, skipped for programs slow to compile, and
+judged round by round."""
 
 from __future__ import annotations
 
