@@ -21,22 +21,13 @@ from typing import Any
 import jax
 
 from . import compat
-from .errors import (
-    InvalidOptionError,
-    JaxrwError,
-    RewriteStageError,
-    VerificationError,
-    check_argnums,
-    check_choice,
-    check_fraction,
-    check_nonneg_int,
-)
+from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker
-from .rewrite.cost import COST_MODELS, CostModel
+from .options import checked_options
+from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
-from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, default_profile, get_profile
-from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, rewrite_jaxpr
+from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, Limits, RewriteReport, rewrite_jaxpr
 from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
 from .signature import leaf_key, leaf_owners, spec, static_key
 from .tolerance import relative_error, tolerance
@@ -44,8 +35,6 @@ from .tolerance import relative_error, tolerance
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
 
 log = logging.getLogger("jaxrw")
-
-SCHEDULES = ("auto", "xla", "streams")
 
 
 @dataclass
@@ -60,6 +49,7 @@ class _Entry:
     schedule: str = "xla"  # what runs it: "xla", or a schedule auto/streams chose (thunky.select)
     hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
     handed_off: bool = False  # hoisted, but its slow arrays changed on every call: jax.jit's program
+    original: bool = False  # the guard kept the user's function unchanged (or jaxrw fell back)
 
 
 class _BuildOutside(Exception):
@@ -103,7 +93,8 @@ class Optimized:
     traces: int = 0  # how many signatures were traced (for tests and explain)
     _keep: bool = field(default=False, repr=False)  # keep each signature's RewriteResult (explain)
     _fast: Any = field(default=None, repr=False)  # jax.jit of `_inline` (see `_fast_path`)
-    _fast_state: str = field(default="unknown", repr=False)  # "on", "off", "broken" or "disabled"
+    _fast_state: str = field(default="unknown", repr=False)  # "on", "jit", "off", "broken" or "disabled"
+    _jit_known: int = field(default=-1, repr=False)  # in state "jit": the size of _jitted's cache
     _fast_mode: str = field(default="xla", repr=False)  # the XLA mode `_fast` is compiled under
     _fast_nested: Any = field(default=None, repr=False)  # `_fast` without that mode's options
     # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
@@ -141,6 +132,15 @@ class Optimized:
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fast_state == "jit" and compat.top_level():  # every signature so far runs fn as is
+            try:
+                out = self._jitted(*args, **kwargs)
+            except Exception:
+                self._check_arguments(args, kwargs)  # jaxrw's clearer error for a bad value, if one
+                raise
+            if compat.jit_cache_size(self._jitted) != self._jit_known:  # a new signature, maybe
+                self._jit_grew(args, kwargs)
+            return out
         if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
             disabled = os.environ.get("JAXRW_DISABLE", "") not in ("", "0")
             self._fast_state = "disabled" if disabled else "on" if self._fast_path() else "off"
@@ -184,6 +184,8 @@ class Optimized:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+        if self._fast_state == "on" and self._all_original() and not any(map(compat.is_tracer, leaves)):
+            return self._run_as_jit(args, kwargs)
         if self._fast_state == "on" and _needs_python(entry, self._fast_mode) and not self._adopt_mode(entry):
             self._fast_state = "off"  # its program runs through entry.call, not inlined
         if entry.fallback is not None or entry.handed_off:
@@ -252,9 +254,41 @@ class Optimized:
             raise _BuildOutside()  # __call__ takes its own path (and builds there)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+            if self._all_original():  # run as jax.jit(fn) itself (`_run_as_jit`), compiled there
+                raise _BuildOutside()
         if entry.fallback is not None or entry.fn is None or entry.handed_off:
             return self.fn(*args, **kwargs)
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
+
+    def _all_original(self) -> bool:
+        """Whether every signature built so far runs the user's function unchanged, under XLA's
+        own schedule: kept by the guard, or fallen back."""
+        return bool(self._cache) and all(
+            (e.original or e.fallback is not None) and e.schedule == "xla" and not e.handed_off
+            for e in self._cache.values()
+        )
+
+    def _run_as_jit(self, args: tuple, kwargs: dict) -> Any:
+        """State "jit": calls go to `jax.jit(fn)` itself (`_jitted`), not to a jit of `_inline`
+        with the same program inlined. Then the program is jax.jit's in every respect: in one
+        process it is the very executable a `jax.jit(fn)` of the user's compiles, not a separate
+        compilation (two compilations of one program differed by up to 6-7% on the H200, XLA's
+        autotuning). A new signature shows as growth of that jit's cache (`_jit_grew`)."""
+        if compat.jit_cache_size(self._jitted) < 0:  # jax hides its cache: new ones would go unseen
+            return self._jitted(*args, **kwargs)
+        self._fast_state = "jit"
+        out = self._jitted(*args, **kwargs)
+        self._jit_known = compat.jit_cache_size(self._jitted)
+        return out
+
+    def _jit_grew(self, args: tuple, kwargs: dict) -> None:
+        """`_jitted` compiled a new signature in state "jit" (or a known one again, for arguments of
+        another kind, such as numpy arrays): build it now. If it is rewritten, the fast path takes
+        over from the next call (this call ran jax.jit's program: same results)."""
+        self._jit_known = compat.jit_cache_size(self._jitted)
+        self._entry_for(args, kwargs)
+        if not self._all_original():
+            self._fast_state = "on"
 
     def _run_direct(self, entry: _Entry, args: tuple, kwargs: dict) -> Any:
         """jax.jit's program, for a hoisted signature called with new slow arrays (HoistedCall.
@@ -289,9 +323,7 @@ class Optimized:
         """The inlined program failed to trace, compile or run. If jax.jit of the function fails on
         the same arguments, they are at fault: its error propagates. Otherwise jaxrw is: fall back
         to jax.jit from now on with one warning (or raise under strict)."""
-        dyn, _statics = self._split(args, kwargs)  # clear errors for bad static values ...
-        for x in jax.tree_util.tree_leaves(dyn):  # ... and for leaves that are not arrays
-            leaf_key(x)
+        self._check_arguments(args, kwargs)
         want = self._jitted(*args, **kwargs)
         err = RewriteStageError("compile", e)
         if self.strict:
@@ -299,6 +331,12 @@ class Optimized:
         warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
         self._fast_state = "broken"
         return want
+
+    def _check_arguments(self, args: tuple, kwargs: dict) -> None:
+        """Raise jaxrw's clear error for a bad static value or a leaf that is not an array."""
+        dyn, _statics = self._split(args, kwargs)
+        for x in jax.tree_util.tree_leaves(dyn):
+            leaf_key(x)
 
     def _first_call_failed(self, entry: _Entry, e: Exception, args: tuple, kwargs: dict) -> Any:
         """The built program failed on its first call. jax.jit runs the same arguments first: if it
@@ -344,6 +382,8 @@ class Optimized:
         self._hot_path, self._hot_path_off = None, False
         self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
         self._fast = self._new_fast()
+        if self._fast_state == "jit":  # every signature is built again, through the fast path
+            self._fast_state = "on"
 
     # -- internals --------------------------------------------------------------------------
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
@@ -462,7 +502,16 @@ class Optimized:
                 return _Entry(self._jitted, out_tree, report, fallback=str(err))
             report.schedule = f"{chosen.choice}: {why or chosen.reason}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
-            return _Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
+            original = result.fn is None  # the guard kept the user's function
+            return _Entry(
+                chosen.fn,
+                out_tree,
+                report,
+                trace=kept,
+                fn=fn,
+                schedule=chosen.choice,
+                original=original,
+            )
         return _Entry(call, out_tree, report, trace=kept)
 
     def _slow_leaves(self, owners: list[int | str], leaves: list) -> frozenset[int]:
@@ -530,7 +579,8 @@ def optimize(
     e-graph (iterations, nodes, time) and the program size (`equations`). `verify=True` checks
     every concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;
     `autotune=True` times the original and the model's `autotune_k` best programs on this device
-    at the first call of each signature and keeps the fastest (cached on disk).
+    at the first call of each signature and keeps the fastest (cached on disk). While every
+    signature keeps the original program, calls go to `jax.jit(fn)` itself (its executable).
     `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that
     depends only on them (concatenated or transposed weights, products of weights) runs once per
     new set of arrays and is reused while the caller passes the same arrays, up to
@@ -541,55 +591,7 @@ def optimize(
     is built and keeps one measured faster, with a peak memory at most `schedule_memory_slack` (a
     fraction, default 0) plus 1 MiB above XLA's.
     """
-    check_choice("numerics", numerics, NUMERICS)
-    check_choice("schedule", schedule, SCHEDULES)
-    if isinstance(cost_model, str):
-        check_choice("cost model", cost_model, COST_MODELS)
-    elif not isinstance(cost_model, CostModel):
-        raise InvalidOptionError(
-            f"cost_model must be a registered name or have name and node_cost(); got {cost_model!r}; "
-            f"valid names: {sorted(COST_MODELS)!r}"
-        )
-    check_choice("extractor", extractor, EXTRACTORS)
-    names_ok = isinstance(rules, Sequence) and all(isinstance(r, str) for r in rules)
-    if not (rules is None or isinstance(rules, str) or names_ok):
-        raise InvalidOptionError(
-            f"rules must be None, a rule or family name, or a sequence of names; got {rules!r}"
-        )
-    if isinstance(profile, str):
-        get_profile(profile)  # raises naming the valid profiles
-    elif profile is not None and not isinstance(profile, Profile):
-        raise InvalidOptionError(f"profile must be a jaxrw.Profile or a profile name; got {profile!r}")
-    if not isinstance(autotune_k, int) or isinstance(autotune_k, bool) or autotune_k < 1:
-        raise InvalidOptionError(f"autotune_k must be a positive int; got {autotune_k!r}")
-    if isinstance(limits, dict):
-        fields = sorted(Limits.__dataclass_fields__)
-        for k in limits:
-            check_choice("limits field", k, fields)
-        limits = Limits(**limits)
-    elif limits is not None and not isinstance(limits, Limits):
-        raise InvalidOptionError(f"limits must be a jaxrw.Limits or dict; got {limits!r}")
-    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
-    opts = dict(
-        static_argnums=check_argnums(static_argnums, "static_argnums"),
-        static_argnames=names,
-        donate_argnums=check_argnums(donate_argnums, "donate_argnums"),
-        rules=rules,
-        cost_model=cost_model,
-        extractor=extractor,
-        profile=profile,
-        verify=verify,
-        strict=strict,
-        limits=limits or Limits(),
-        numerics=numerics,
-        schedule=schedule,
-        schedule_memory_slack=check_fraction("schedule_memory_slack", schedule_memory_slack),
-        autotune=bool(autotune),
-        autotune_k=int(autotune_k),
-        hoist_argnums=check_argnums(hoist_argnums, "hoist_argnums"),
-        hoist_argnames=(hoist_argnames,) if isinstance(hoist_argnames, str) else tuple(hoist_argnames or ()),
-        max_hoist_bytes=check_nonneg_int("max_hoist_bytes", max_hoist_bytes),
-    )
+    opts = checked_options(**{k: v for k, v in locals().items() if k != "fn"})  # every option above
     if fn is None:
         return lambda f: Optimized(f, **opts)
     if not callable(fn):

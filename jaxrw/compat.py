@@ -63,6 +63,24 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, _core.Tracer)
 
 
+def _trace_state_clean() -> Any:
+    """jax's own check that no trace is active (not exported by jax.core in 0.11 or 0.12)."""
+    try:
+        from jax._src.core import trace_state_clean
+    except ImportError:  # pragma: no cover - moved in some later jax: callers take their general path
+        return lambda: False
+    return trace_state_clean
+
+
+top_level = _trace_state_clean()  # () -> bool: whether no jit, grad or vmap trace is active
+
+
+def jit_cache_size(jitted: Any) -> int:
+    """How many signatures jax's C++ dispatch of a jax.jit has compiled (-1 where jax hides it)."""
+    size = getattr(jitted, "_cache_size", None)
+    return size() if size is not None else -1
+
+
 def device_kind() -> str:
     """'cuda', 'rocm', 'tpu' or 'cpu' for the default backend."""
     platform = jax.default_backend()

@@ -191,9 +191,9 @@ def test_bind_with_keyword_hoisting_and_bad_uses():
 
 
 def test_hoisting_with_nothing_to_hoist_keeps_the_fast_call_path():
-    # nothing depends on the parameters alone: the program is a plain function, inlined into one
-    # jax.jit (C++ dispatch) like optimize() without hoisting; a hoisting program takes the
-    # Python path that checks the parameters' identity
+    # nothing depends on the parameters alone and the guard keeps g: calls go to jax.jit(g) (C++
+    # dispatch) like optimize() without hoisting; a hoisting program takes the Python path that
+    # checks the parameters' identity
     def g(params, x):
         return jnp.tanh(x @ params["A"]) @ params["B"]
 
@@ -202,7 +202,7 @@ def test_hoisting_with_nothing_to_hoist_keeps_the_fast_call_path():
     for i in range(3):
         np.testing.assert_allclose(plain(p, x + i), g(p, x + i), rtol=1e-4, atol=1e-5)
     (entry,) = plain._cache.values()
-    assert not isinstance(entry.call, HoistedCall) and plain._fast_state == "on"
+    assert not isinstance(entry.call, HoistedCall) and plain._fast_state == "jit"
     hoisting = jaxrw.optimize(f, hoist_argnums=0)
     for i in range(3):
         np.testing.assert_allclose(hoisting(p, x + i), f(p, x + i), rtol=1e-4, atol=1e-5)

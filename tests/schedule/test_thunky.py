@@ -349,12 +349,13 @@ def _called_three_times(opt):
 def test_auto_keeping_xla_uses_the_fast_path(monkeypatch):
     # auto times candidates when a signature is built, which cannot happen inside jax.jit's trace
     # of the fast path: the first call builds outside it; when auto keeps XLA's schedule, later
-    # calls take the C++ dispatch again (on jax >= 0.12 with CUDA this path used to be off)
+    # calls take the C++ dispatch again (on jax >= 0.12 with CUDA this path used to be off): here
+    # the guard keeps _two_step, so they go to jax.jit(_two_step) itself (state "jit")
     calls = _auto_on_cuda(monkeypatch, "xla")
     opt = jaxrw.optimize(_two_step)
     _called_three_times(opt)
     assert calls["select"] == 1 and opt.traces == 1
-    assert opt._fast_state == "on"
+    assert opt._fast_state == "jit"
 
 
 def test_auto_choosing_a_schedule_runs_it(monkeypatch):

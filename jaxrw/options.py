@@ -1,0 +1,87 @@
+"""The checks of `optimize`'s options: a bad value gets an error naming it and what is allowed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import InvalidOptionError, check_argnums, check_choice, check_fraction, check_nonneg_int
+from .rewrite.cost import COST_MODELS, CostModel
+from .rewrite.extract import EXTRACTORS
+from .rewrite.profiles import Profile, get_profile
+from .rewrite.run import NUMERICS, Limits
+
+SCHEDULES = ("auto", "xla", "streams")
+
+
+def checked_options(
+    *,
+    static_argnums: Any,
+    static_argnames: Any,
+    donate_argnums: Any,
+    rules: Any,
+    cost_model: Any,
+    extractor: Any,
+    profile: Any,
+    verify: Any,
+    strict: Any,
+    limits: Any,
+    numerics: Any,
+    schedule: Any,
+    schedule_memory_slack: Any,
+    autotune: Any,
+    autotune_k: Any,
+    hoist_argnums: Any,
+    hoist_argnames: Any,
+    max_hoist_bytes: Any,
+) -> dict[str, Any]:
+    """`optimize`'s keyword options, checked and normalized into `Optimized`'s fields."""
+    check_choice("numerics", numerics, NUMERICS)
+    check_choice("schedule", schedule, SCHEDULES)
+    if isinstance(cost_model, str):
+        check_choice("cost model", cost_model, COST_MODELS)
+    elif not isinstance(cost_model, CostModel):
+        raise InvalidOptionError(
+            f"cost_model must be a registered name or have name and node_cost(); got {cost_model!r}; "
+            f"valid names: {sorted(COST_MODELS)!r}"
+        )
+    check_choice("extractor", extractor, EXTRACTORS)
+    names_ok = isinstance(rules, Sequence) and all(isinstance(r, str) for r in rules)
+    if not (rules is None or isinstance(rules, str) or names_ok):
+        raise InvalidOptionError(
+            f"rules must be None, a rule or family name, or a sequence of names; got {rules!r}"
+        )
+    if isinstance(profile, str):
+        get_profile(profile)  # raises naming the valid profiles
+    elif profile is not None and not isinstance(profile, Profile):
+        raise InvalidOptionError(f"profile must be a jaxrw.Profile or a profile name; got {profile!r}")
+    if not isinstance(autotune_k, int) or isinstance(autotune_k, bool) or autotune_k < 1:
+        raise InvalidOptionError(f"autotune_k must be a positive int; got {autotune_k!r}")
+    if isinstance(limits, dict):
+        fields = sorted(Limits.__dataclass_fields__)
+        for k in limits:
+            check_choice("limits field", k, fields)
+        limits = Limits(**limits)
+    elif limits is not None and not isinstance(limits, Limits):
+        raise InvalidOptionError(f"limits must be a jaxrw.Limits or dict; got {limits!r}")
+    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
+    return dict(
+        static_argnums=check_argnums(static_argnums, "static_argnums"),
+        static_argnames=names,
+        donate_argnums=check_argnums(donate_argnums, "donate_argnums"),
+        rules=rules,
+        cost_model=cost_model,
+        extractor=extractor,
+        profile=profile,
+        verify=verify,
+        strict=strict,
+        limits=limits or Limits(),
+        numerics=numerics,
+        schedule=schedule,
+        schedule_memory_slack=check_fraction("schedule_memory_slack", schedule_memory_slack),
+        autotune=bool(autotune),
+        autotune_k=int(autotune_k),
+        hoist_argnums=check_argnums(hoist_argnums, "hoist_argnums"),
+        hoist_argnames=(hoist_argnames,) if isinstance(hoist_argnames, str) else tuple(hoist_argnames or ()),
+        max_hoist_bytes=check_nonneg_int("max_hoist_bytes", max_hoist_bytes),
+    )
