@@ -95,6 +95,7 @@ class Optimized:
     _fast: Any = field(default=None, repr=False)  # jax.jit of `_inline` (see `_fast_path`)
     _fast_state: str = field(default="unknown", repr=False)  # "on", "jit", "off", "broken" or "disabled"
     _jit_known: int = field(default=-1, repr=False)  # in state "jit": the size of _jitted's cache
+    _jit_size: Any = field(default=None, repr=False)  # in state "jit": _jitted's _cache_size method
     _fast_mode: str = field(default="xla", repr=False)  # the XLA mode `_fast` is compiled under
     _fast_nested: Any = field(default=None, repr=False)  # `_fast` without that mode's options
     # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
@@ -138,7 +139,7 @@ class Optimized:
             except Exception:
                 self._check_arguments(args, kwargs)  # jaxrw's clearer error for a bad value, if one
                 raise
-            if compat.jit_cache_size(self._jitted) != self._jit_known:  # a new signature, maybe
+            if self._jit_size() != self._jit_known:  # a new signature, maybe
                 self._jit_grew(args, kwargs)
             return out
         if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
@@ -274,18 +275,19 @@ class Optimized:
         process it is the very executable a `jax.jit(fn)` of the user's compiles, not a separate
         compilation (two compilations of one program differed by up to 6-7% on the H200, XLA's
         autotuning). A new signature shows as growth of that jit's cache (`_jit_grew`)."""
-        if compat.jit_cache_size(self._jitted) < 0:  # jax hides its cache: new ones would go unseen
+        self._jit_size = getattr(self._jitted, "_cache_size", None)
+        if self._jit_size is None:  # jax hides its cache: new signatures would go unseen
             return self._jitted(*args, **kwargs)
         self._fast_state = "jit"
         out = self._jitted(*args, **kwargs)
-        self._jit_known = compat.jit_cache_size(self._jitted)
+        self._jit_known = self._jit_size()
         return out
 
     def _jit_grew(self, args: tuple, kwargs: dict) -> None:
         """`_jitted` compiled a new signature in state "jit" (or a known one again, for arguments of
         another kind, such as numpy arrays): build it now. If it is rewritten, the fast path takes
         over from the next call (this call ran jax.jit's program: same results)."""
-        self._jit_known = compat.jit_cache_size(self._jitted)
+        self._jit_known = self._jit_size()
         self._entry_for(args, kwargs)
         if not self._all_original():
             self._fast_state = "on"
