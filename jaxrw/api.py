@@ -186,7 +186,9 @@ class Optimized:
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         if self._fast_state == "on" and self._all_original() and not any(map(compat.is_tracer, leaves)):
-            return self._run_as_jit(args, kwargs)
+            out = self._jitted(*args, **kwargs)
+            self._enter_jit()
+            return out
         if self._fast_state == "on" and _needs_python(entry, self._fast_mode) and not self._adopt_mode(entry):
             self._fast_state = "off"  # its program runs through entry.call, not inlined
         if entry.fallback is not None or entry.handed_off:
@@ -255,7 +257,7 @@ class Optimized:
             raise _BuildOutside()  # __call__ takes its own path (and builds there)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-            if self._all_original():  # run as jax.jit(fn) itself (`_run_as_jit`), compiled there
+            if self._all_original():  # run as jax.jit(fn) itself (`_enter_jit`), compiled there
                 raise _BuildOutside()
         if entry.fallback is not None or entry.fn is None or entry.handed_off:
             return self.fn(*args, **kwargs)
@@ -263,25 +265,20 @@ class Optimized:
 
     def _all_original(self) -> bool:
         """Whether every signature built so far runs the user's function unchanged, under XLA's
-        own schedule: kept by the guard, or fallen back."""
+        own schedule: kept by the guard, fallen back, or handed off (hoisting)."""
         return bool(self._cache) and all(
-            (e.original or e.fallback is not None) and e.schedule == "xla" and not e.handed_off
+            (e.original or e.fallback is not None or e.handed_off) and e.schedule == "xla"
             for e in self._cache.values()
         )
 
-    def _run_as_jit(self, args: tuple, kwargs: dict) -> Any:
+    def _enter_jit(self) -> None:
         """State "jit": calls go to `jax.jit(fn)` itself (`_jitted`), not to a jit of `_inline`
-        with the same program inlined. Then the program is jax.jit's in every respect: in one
-        process it is the very executable a `jax.jit(fn)` of the user's compiles, not a separate
-        compilation (two compilations of one program differed by up to 6-7% on the H200, XLA's
-        autotuning). A new signature shows as growth of that jit's cache (`_jit_grew`)."""
+        with the same program inlined: in one process the very executable a `jax.jit(fn)` of the
+        user's compiles, not a second compilation (two compilations of one program differed by up
+        to 6-7% on the H200: XLA's autotuning). New signatures show as growth of its cache."""
         self._jit_size = getattr(self._jitted, "_cache_size", None)
-        if self._jit_size is None:  # jax hides its cache: new signatures would go unseen
-            return self._jitted(*args, **kwargs)
-        self._fast_state = "jit"
-        out = self._jitted(*args, **kwargs)
-        self._jit_known = self._jit_size()
-        return out
+        if self._jit_size is not None:  # else new signatures would go unseen: stay on the fast path
+            self._fast_state, self._jit_known = "jit", self._jit_size()
 
     def _jit_grew(self, args: tuple, kwargs: dict) -> None:
         """`_jitted` compiled a new signature in state "jit" (or a known one again, for arguments of
@@ -308,6 +305,8 @@ class Optimized:
         if self._fast_state == "off" and self._fast_path() and not python:
             self._fast_state, self._hot_path = "on", None
             self._hot.clear()
+        if self._fast_state == "on" and self._all_original():
+            self._enter_jit()  # no signature left whose program is not jax.jit's: run that jit itself
         return out
 
     def _adopt_mode(self, entry: _Entry) -> bool:

@@ -362,7 +362,7 @@ def test_a_handed_off_hoisted_signature_takes_jax_cpp_dispatch(python_dispatches
     sets = [params() for _ in range(HANDOFF_AFTER + 3)]
     for p in sets:
         opt(p, x)
-    assert opt._fast_state == "on"
+    assert opt._fast_state == "jit"  # jax.jit(f) itself: its C++ dispatch and executable
     want = [f(p, x) for p in sets[:5]]
     python_dispatches[0] = 0
     got = [opt(p, x) for p in sets[:5]]

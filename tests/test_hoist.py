@@ -265,8 +265,9 @@ def test_hot_path_with_static_arguments():
 
 def test_parameters_new_on_every_call_hand_the_signature_to_jax_jit():
     # a training loop calling the function outside jit: after HANDOFF_AFTER calls in a row with
-    # new parameters the signature runs jax.jit's program through jax's C++ dispatch (no Python
-    # of jaxrw's per call); clear_cache() hoists again
+    # new parameters the signature runs jax.jit's program: jax.jit(f) itself once no other
+    # signature needs more (state "jit": jax's C++ dispatch, jax.jit's executable, no Python of
+    # jaxrw's but a state and cache-size check per call); clear_cache() hoists again
     from jaxrw.hoist import HANDOFF_AFTER
 
     opt = jaxrw.optimize(f, hoist_argnums=0)
@@ -275,7 +276,7 @@ def test_parameters_new_on_every_call_hand_the_signature_to_jax_jit():
     for p in sets:
         np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
     (entry,) = opt._cache.values()
-    assert entry.handed_off and opt._fast_state == "on"
+    assert entry.handed_off and opt._fast_state == "jit"
     call = entry.call
     runs = (call.prologue_runs, call.direct_runs)
     for _ in range(3):  # the same arrays again: still jax.jit's program, still right
