@@ -257,8 +257,8 @@ class Optimized:
             raise _BuildOutside()  # __call__ takes its own path (and builds there)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-            if self._all_original():  # run as jax.jit(fn) itself (`_enter_jit`), compiled there
-                raise _BuildOutside()
+        if self._all_original():  # run as jax.jit(fn) itself (`_enter_jit`), compiled there
+            raise _BuildOutside()
         if entry.fallback is not None or entry.fn is None or entry.handed_off:
             return self.fn(*args, **kwargs)
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))

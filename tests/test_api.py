@@ -258,6 +258,10 @@ def test_a_new_signature_after_kept_ones_is_rewritten():
     kept.clear_cache()  # clear_cache builds every signature again
     kept(small, small, v16)
     assert kept.traces == 3 and kept._fast_state == "jit"
+    reported = jaxrw.optimize(f)  # built by report() before its first call: the same state
+    assert not reported.report(small, small, v16).rewritten
+    reported(small, small, v16)
+    assert reported._fast_state == "jit" and reported.traces == 1
 
 
 def test_top_level_is_false_inside_every_transformation():
