@@ -49,7 +49,6 @@ class _Entry:
     schedule: str = "xla"  # what runs it: "xla", or a schedule auto/streams chose (thunky.select)
     hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
     handed_off: bool = False  # hoisted, but its slow arrays changed on every call: jax.jit's program
-    original: bool = False  # the guard kept the user's function unchanged (or jaxrw fell back)
 
 
 class _BuildOutside(Exception):
@@ -267,7 +266,7 @@ class Optimized:
         """Whether every signature built so far runs the user's function unchanged, under XLA's
         own schedule: kept by the guard, fallen back, or handed off (hoisting)."""
         return bool(self._cache) and all(
-            (e.original or e.fallback is not None or e.handed_off) and e.schedule == "xla"
+            (e.fallback is not None or e.handed_off or not e.report.rewritten) and e.schedule == "xla"
             for e in self._cache.values()
         )
 
@@ -503,16 +502,7 @@ class Optimized:
                 return _Entry(self._jitted, out_tree, report, fallback=str(err))
             report.schedule = f"{chosen.choice}: {why or chosen.reason}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
-            original = result.fn is None  # the guard kept the user's function
-            return _Entry(
-                chosen.fn,
-                out_tree,
-                report,
-                trace=kept,
-                fn=fn,
-                schedule=chosen.choice,
-                original=original,
-            )
+            return _Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
         return _Entry(call, out_tree, report, trace=kept)
 
     def _slow_leaves(self, owners: list[int | str], leaves: list) -> frozenset[int]:

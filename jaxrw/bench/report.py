@@ -38,7 +38,7 @@ def summarize_suites(records: list[dict]) -> dict[str, dict[str, Any]]:
     for key in dict.fromkeys((r["suite"], r["dtype"]) for r in records):
         rs = [r for r in records if (r["suite"], r["dtype"]) == key]
         sp = [r["speedup"] for r in rs if r.get("speedup")]
-        paired = [p for p in map(paired_speedup, rs) if p is not None]
+        paired = {r["case"]: p for r in rs if (p := paired_speedup(r)) is not None}
         out[f"{key[0]}/{key[1]}"] = {
             "suite": key[0],
             "dtype": key[1],
@@ -50,8 +50,8 @@ def summarize_suites(records: list[dict]) -> dict[str, dict[str, Any]]:
             "max_speedup": max(sp, default=None),
             "min_speedup": min(sp, default=None),
             "slower": [r["case"] for r in rs if r.get("speedup") and r["speedup"] < SLOWER],
-            "min_paired": min(paired, default=None),
-            "slower_paired": [r["case"] for r in rs if (paired_speedup(r) or SLOWER) < SLOWER],
+            "min_paired": min(paired.values(), default=None),
+            "slower_paired": [case for case, p in paired.items() if p < SLOWER],
             "errors": [r["case"] for r in rs if r["status"] == "error"],
             "skipped": [r["case"] for r in rs if r["status"] == "skipped"],
             "not_timed": [r["case"] for r in rs if r["status"] == "ok" and not r.get("speedup")],
