@@ -155,8 +155,9 @@ def _build(e, m, d, steps, outs, return_input):
                 pool.append(a * b)
             elif name == "slice":
                 pool.append(x[i % e])
-            elif name == "reduce":
-                pool.append(a * a.sum(1, keepdims=True))
+            elif name == "reduce":  # bounded: chained a * a.sum() grew to 1e4+, where cos(x) of a
+                # value one rounding apart differs by 5e-2 (plan regions compile apart from jax.jit)
+                pool.append(a * jnp.tanh(a.sum(1, keepdims=True)))
             elif name == "stack_use":
                 s = jnp.stack([jnp.sin(a), jnp.cos(b)])
                 pool.append(s[0] - s.sum(0))
@@ -191,7 +192,9 @@ def test_random_dags_plan_validly_and_simulate_exactly(spec, k, sync, light, don
         closed, H200, streams=k, donate=(2,) if donate else (), costs=StreamCosts(sync_s=sync, light_s=light)
     )
     check(plan)
-    want = [np.asarray(w) for w in f(*args)]
+    # against the compiled program, as the plan's regions are: op-by-op execution rounds otherwise
+    # (5e-5 apart from jax.jit on a sin - (sin + cos) cancellation hypothesis found)
+    want = [np.asarray(w) for w in jax.jit(f)(*args)]
     for seed in range(2):
         assert _matches(simulate(plan, args, seed=seed), want)
 
@@ -217,6 +220,6 @@ def test_whatever_the_validator_accepts_simulates_correctly(spec, k, data):
                 bad.buffers[b.value].slot = dataclasses.replace(b.slot, offset=a.slot.offset)
     if not validate(bad).ok:
         return
-    want = [np.asarray(w) for w in f(*args)]
+    want = [np.asarray(w) for w in jax.jit(f)(*args)]  # the compiled program, as above
     for seed in range(3):
         assert _matches(simulate(bad, args, seed=seed), want)
