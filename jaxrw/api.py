@@ -487,10 +487,11 @@ class Optimized:
             report.schedule = f"{mode}: {why}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
         else:
+            as_written = not report.rewritten  # kept: a schedule must clear KEPT_MARGIN
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
             try:
                 chosen, why = choice.for_program(
-                    self.schedule, fn, specs, leaves, donate, profile, self.schedule_memory_slack
+                    self.schedule, fn, specs, leaves, donate, profile, self.schedule_memory_slack, as_written
                 )
             except ScheduleUnavailableError:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here

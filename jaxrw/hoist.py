@@ -378,7 +378,7 @@ def handoff_schedule(opt: Any, entry: Any, args: tuple, kwargs: dict) -> None:
     leaves, in_tree = jax.tree_util.tree_flatten(dyn)
     flat = opt._flat_fn(args, kwargs, in_tree)
     entry.schedule, why = choice.for_plain_jit(
-        opt.schedule, flat, lambda: device_inputs(leaves), leaves, opt.schedule_memory_slack
+        opt.schedule, flat, lambda: device_inputs(leaves), leaves, opt.schedule_memory_slack, kept=True
     )
     if entry.report is not None:
         entry.report.schedule = f"{entry.schedule}: {why} (handed off to jax.jit's program)"

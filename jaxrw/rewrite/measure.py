@@ -33,6 +33,7 @@ __all__ = [
     "compile_and_warm",
     "time_interleaved",
     "time_one",
+    "time_calls",
 ]
 
 
@@ -95,7 +96,8 @@ def compile_and_warm(fn: Callable, args: tuple, warmup: int = 2) -> tuple[float,
     return first, last
 
 
-def _sample(fn: Callable, args: tuple, calls: int) -> float:
+def time_calls(fn: Callable, args: Sequence[Any], calls: int) -> float:
+    """Seconds per call of one sample: `calls` calls dispatched, then a block on the last result."""
     out = None
     t = time.perf_counter()
     for _ in range(calls):
@@ -117,7 +119,7 @@ def measure(
         first, last = compile_and_warm(fn, args, warmup)
         # calibrate with a short trial sample rather than one (possibly cold) call
         trial_calls = max(1, min(max_calls, int(0.2 * sample_s / max(last, 1e-7))))
-        per_call = _sample(fn, args, trial_calls)
+        per_call = time_calls(fn, args, trial_calls)
         calls = max(1, min(max_calls, round(sample_s / max(per_call, 1e-9))))
         out[name] = Timing(calls=calls, compile_s=first)
     names = list(variants)
@@ -126,7 +128,7 @@ def measure(
         for name in names[k:] + names[:k]:
             fn, args = variants[name]
             block(fn(*args))  # untimed: the switch from the previous variant is not charged
-            out[name].samples.append(_sample(fn, args, out[name].calls))
+            out[name].samples.append(time_calls(fn, args, out[name].calls))
     return out
 
 

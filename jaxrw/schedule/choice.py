@@ -19,7 +19,7 @@ from .. import compat
 from ..rewrite.profiles import Profile
 from ..signature import spec
 from .thunky import Selection, python_path_overhead_s, select_xla_mode
-from .timing import device_inputs
+from .timing import KEPT_MARGIN, MEASURED_MARGIN, device_inputs
 
 __all__ = ["for_program", "for_hoisted", "for_plain_jit"]
 
@@ -50,8 +50,10 @@ def for_program(
     donate: Sequence[int],
     profile: Profile | None,
     memory_slack: float,
+    kept: bool = False,
 ) -> tuple[Selection, str]:
-    """(auto's or the asked-for selection, why when auto could not time). Raises what
+    """(auto's or the asked-for selection, why when auto could not time). `kept`: `fn` is the
+    program as written (not rewritten), so a candidate needs timing.KEPT_MARGIN. Raises what
     schedule_selection raises (ScheduleUnavailableError for "streams" where it cannot run)."""
     why = _untimed(mode, leaves)
     if why:
@@ -65,6 +67,7 @@ def for_program(
         memory_slack=memory_slack,
         call_overhead=python_path_overhead_s,
         inputs=device_inputs(leaves) if mode == "auto" else None,  # only auto times candidates
+        margin=KEPT_MARGIN if kept else MEASURED_MARGIN,
     )
     return chosen, why
 
@@ -84,18 +87,24 @@ def for_hoisted(mode: str, hoisted: Any, leaves: Sequence[Any], memory_slack: fl
 
 
 def for_plain_jit(
-    mode: str, fn: Callable, inputs: Callable[[], Sequence[Any]], leaves: Sequence[Any], memory_slack: float
+    mode: str,
+    fn: Callable,
+    inputs: Callable[[], Sequence[Any]],
+    leaves: Sequence[Any],
+    memory_slack: float,
+    kept: bool = False,
 ) -> tuple[str, str]:
     """(XLA mode, why) for a program that stays a plain jit: a hoisted main program, or jax.jit's
-    program of a hoisted signature handed off (its parameters new on every call). `inputs()`
-    gives concrete arguments to time it on; `leaves` are the call's, to see whether it runs under
-    a trace."""
+    program of a hoisted signature handed off (its parameters new on every call; `kept`: a mode
+    needs timing.KEPT_MARGIN). `inputs()` gives concrete arguments to time it on; `leaves` are the
+    call's, to see whether it runs under a trace."""
     why = _untimed(mode, leaves) if mode == "auto" else "asked for"
     if why:
         return "xla", why
     try:
         args = inputs()
-        return select_xla_mode(fn, [spec(x) for x in args], memory_slack, inputs=args)
+        margin = KEPT_MARGIN if kept else MEASURED_MARGIN
+        return select_xla_mode(fn, [spec(x) for x in args], memory_slack, inputs=args, margin=margin)
     except Exception as e:  # noqa: BLE001 - timing is optional: XLA's schedule always works
         log.warning("jaxrw: could not time schedules of %s (%s: %s)", fn, type(e).__name__, e)
         return "xla", f"not timed ({type(e).__name__})"

@@ -26,7 +26,7 @@ from ..errors import check_choice
 from ..rewrite.profiles import Profile, default_profile
 from .plan import H200_STREAMS, Plan, ScheduleError, ScheduleUnavailableError, StreamCosts, plan_program
 from .program import build_program
-from .timing import PEAK_ALLOWANCE_BYTES, peak_bytes, pick_fastest
+from .timing import MEASURED_MARGIN, PEAK_ALLOWANCE_BYTES, peak_bytes, pick_fastest
 from .validate import check
 from .xla_modes import XLA_MODES, jit_mode, launch_s
 
@@ -322,6 +322,7 @@ def schedule_selection(
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
     inputs: Sequence[Any] | None = None,
+    margin: float = MEASURED_MARGIN,
 ) -> Selection:
     """What optimize() calls: which program runs `fn` ("xla", "thunky" or an XLA mode) and
     the callable.
@@ -329,9 +330,10 @@ def schedule_selection(
     "xla": the plain jit. "streams": the thunky program (raises ScheduleUnavailableError without
     thunky or CUDA). "auto": off CUDA the plain jit; on CUDA the fastest of the plain jit, the thunky
     program (when it is predicted to gain) and, with `concurrent_xla`, the jit compiled under XLA's
-    command-buffer modes (`XLA_MODES`), timed on `inputs`; a candidate must be 5% faster
-    (timing.MEASURED_MARGIN) and use no more peak memory than the plain jit, plus `memory_slack`
-    (a fraction: 0.05 allows 5% more) and 1 MiB (timing.PEAK_ALLOWANCE_BYTES).
+    command-buffer modes (`XLA_MODES`), timed on `inputs`; a candidate must be faster by `margin`
+    (5%, timing.MEASURED_MARGIN; optimize passes timing.KEPT_MARGIN for a program kept as written)
+    and use no more peak memory than the plain jit, plus `memory_slack` (a fraction: 0.05 allows
+    5% more) and 1 MiB (timing.PEAK_ALLOWANCE_BYTES).
     `call_overhead()`: the extra host seconds per call of the path a candidate runs on
     (optimize's Python path; the plain jit takes jax's C++ dispatch), added to the thunky
     candidate's measured time (XLA's modes keep that dispatch). `inputs`: concrete arguments to
@@ -355,6 +357,7 @@ def schedule_selection(
         memory_slack=memory_slack,
         call_overhead=call_overhead,
         inputs=inputs,
+        margin=margin,
     )
 
 
@@ -395,6 +398,7 @@ def select(
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
     inputs: Sequence[Any] | None = None,
+    margin: float = MEASURED_MARGIN,
 ) -> Selection:
     """The policy of schedule="auto" (see `apply`), with its choice and reason."""
     plain = jax.jit(fn, donate_argnums=tuple(donate))
@@ -441,12 +445,17 @@ def select(
         call_overhead=call_overhead,
         charged=("thunky",),
         inputs=inputs,
+        margin=margin,
     )
     return Selection(choice, plain if choice == "xla" else final[choice](), why)
 
 
 def select_xla_mode(
-    fn: Callable, flat_specs: Sequence[Any], memory_slack: float = 0.0, inputs: Sequence[Any] | None = None
+    fn: Callable,
+    flat_specs: Sequence[Any],
+    memory_slack: float = 0.0,
+    inputs: Sequence[Any] | None = None,
+    margin: float = MEASURED_MARGIN,
 ) -> tuple[str, str]:
     """(mode, why) for a program that must stay a plain jit (a hoisted signature's main program):
     "xla" or the XLA command-buffer mode measured fastest on this CUDA device, timed on `inputs`
@@ -456,7 +465,7 @@ def select_xla_mode(
     trial = {mode: jit_mode(fn, mode) for mode in XLA_MODES}
     closed = jax.make_jaxpr(fn)(*flat_specs)
     launch = launch_s(build_program(closed, default_profile(compat.device_kind())))
-    return _measured(fn, trial, flat_specs, memory_slack, launch, inputs=inputs)
+    return _measured(fn, trial, flat_specs, memory_slack, launch, inputs=inputs, margin=margin)
 
 
 def _measured(

@@ -316,10 +316,11 @@ def _auto_on_cuda(monkeypatch, choice):
     """Pretend to be on CUDA with auto choosing `choice`; count the selections and scheduled calls."""
     import jaxrw.schedule
 
-    calls = {"select": 0, "scheduled": 0, "tracer_select": 0}
+    calls = {"select": 0, "scheduled": 0, "tracer_select": 0, "margins": []}
 
     def select(fn, flat_specs, donate=(), profile=None, **kw):
         calls["select"] += 1
+        calls["margins"].append(kw.get("margin"))
         plain = jax.jit(fn)
         if choice == "xla":
             return sched_thunky.Selection("xla", plain, "test")
@@ -356,6 +357,30 @@ def test_auto_keeping_xla_uses_the_fast_path(monkeypatch):
     _called_three_times(opt)
     assert calls["select"] == 1 and opt.traces == 1
     assert opt._fast_state == "jit"
+    # kept as written: a schedule must beat jax.jit(fn)'s own executable by the larger margin
+    assert calls["margins"] == [sched_timing.KEPT_MARGIN]
+
+
+def test_auto_judges_a_rewritten_program_by_the_ordinary_margin(monkeypatch):
+    calls = _auto_on_cuda(monkeypatch, "xla")
+    opt = jaxrw.optimize(lambda a, b, v: (a @ b) @ v)
+    a, v = jnp.full((256, 256), 0.01), jnp.ones((256, 2))
+    np.testing.assert_allclose(opt(a, a, v), (a @ a) @ v, rtol=1e-5)
+    assert opt.report(a, a, v).rewritten
+    assert calls["margins"] == [sched_timing.MEASURED_MARGIN]
+
+
+def test_a_candidate_inside_the_kept_margin_is_not_taken(monkeypatch):
+    # 7% faster: past the ordinary 5% margin, within the 10% that a kept program's candidates need
+    # (separate compilations of one program differed by up to 7% on the H200)
+    base, fast = (lambda x: x + 1), (lambda x: x + 1)
+    monkeypatch.setattr(sched_timing, "peak_bytes", lambda f, args: 100)
+    _fake_seconds(monkeypatch, lambda f: 1.0 if f is fast else 1.07)
+    specs = [jax.ShapeDtypeStruct((4,), np.float32)]
+    picked = sched_timing.pick_fastest(base, {"xla-graphs": fast}, specs, "f")
+    assert picked is not None and picked[0] == "xla-graphs"
+    kept = sched_timing.pick_fastest(base, {"xla-graphs": fast}, specs, "f", margin=sched_timing.KEPT_MARGIN)
+    assert kept is None
 
 
 def test_auto_choosing_a_schedule_runs_it(monkeypatch):

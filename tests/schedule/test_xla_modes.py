@@ -15,7 +15,7 @@ import pytest
 import jaxrw
 import jaxrw.schedule
 from jaxrw.hoist import HoistedCall
-from jaxrw.schedule import choice
+from jaxrw.schedule import choice, timing
 from jaxrw.schedule import thunky as sched_thunky
 from jaxrw.schedule.xla_modes import XLA_MODES, TopLevel, is_nested_options_error, jit_mode
 
@@ -136,7 +136,6 @@ def test_hoisted_programs_without_cuda_or_under_a_trace_keep_xla(monkeypatch):
 def test_modes_are_not_compiled_where_launches_are_a_sliver_of_the_call(monkeypatch):
     # an 8192-wide chain: 2 kernels in ~3 ms; graph modes save launch time only, so they cannot
     # reach auto's margin there and are neither compiled nor timed
-    from jaxrw.schedule import timing
 
     def never(*a):
         raise AssertionError("a launch-bound candidate was run")
@@ -172,11 +171,12 @@ def test_a_handed_off_signature_runs_jax_jits_program_under_the_mode_measured_fo
     # parameters new on every call (a training loop outside jit): after the hand-off the signature
     # runs jax.jit's program, through the fast path's jit compiled under the mode auto measured
     monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
-    timed, given = [], []
+    timed, given, margins = [], [], []
 
-    def select(fn, specs, slack=0.0, inputs=None):
+    def select(fn, specs, slack=0.0, inputs=None, margin=None):
         timed.append(len(specs))
         given.append(inputs)
+        margins.append(margin)
         return "xla-concurrent", "test"
 
     monkeypatch.setattr(choice, "select_xla_mode", select)
@@ -192,6 +192,9 @@ def test_a_handed_off_signature_runs_jax_jits_program_under_the_mode_measured_fo
     assert entry.handed_off and entry.schedule == "xla-concurrent"
     assert entry.report.schedule == "xla-concurrent: test (handed off to jax.jit's program)"
     assert timed == [2, 3]  # the hoisted main program (x and the value A@B), then jax.jit's (A, B, x)
+    # jax.jit's program handed off is the program as written: the alternative to a mode is jax.jit's
+    # own executable, so a mode must clear the larger margin
+    assert margins == [timing.MEASURED_MARGIN, timing.KEPT_MARGIN]
     # timed on the calls' own arrays (nothing drawn at random): the first call's x and its A@B,
     # then the handing-off call's A, B and x themselves
     assert given[0][0] is x
