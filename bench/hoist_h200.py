@@ -2,12 +2,14 @@
 
     python bench/hoist_h200.py [--case llama288_hoist nasrnn_args_hoist] [--json PATH]
 
-For each case (large size, float32): jax.jit and jaxrw called directly (jaxrw built by its first
-call, as a user's is); for hoisting cases also jaxrw with new parameters on every call (three sets
-in turn, on an instance first called with other weights, as a training loop), jaxrw's direct
-jax.jit for the latter, and the bound function. `issue_us` is the host time per call with nothing
-waited for (while the device queue has room), `total_us` the time per call including the wait at
-the end: a variant whose issue time is close to its total time is bound by the host (Python and
+For each case (large size, `--dtype`, float32 by default): jax.jit and jaxrw called directly
+(jaxrw built by its first call, as a user's is). For kept programs also jax.jit(fn) through
+optimize's `_jitted` and through one Python frame. For hoisting cases also jaxrw with new
+parameters on every call (three sets in turn, on an instance first called with other weights,
+as a training loop), jaxrw's direct jax.jit for the latter, and the bound function. `issue_us`
+is the host time per call with nothing waited for (while the device queue has room), `total_us`
+the time per call including the wait at the end: a variant whose issue time is close to its
+total time is bound by the host (Python and
 dispatch), not the GPU.
 """
 
@@ -42,15 +44,20 @@ def _time(fn, arg_sets, calls: int) -> tuple[float, float]:
 _next: dict[int, int] = {}  # per function: where its rotation continues
 
 
-def run_case(name: str, calls: int, repeats: int) -> dict:
+def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dict:
     load_suites()
-    inst = CASES[name].instance("large", "float32")
+    inst = CASES[name].instance("large", dtype)
     rw = optimize(inst.fn, **inst.opt_kwargs)
     jj = jax.jit(inst.fn)
     base = inst.args(1)
     new = [inst.args(s) for s in (3, 4, 5)]
     jax.block_until_ready(rw(*base))  # built by a direct call, as a user's first call does
     variants = {"jax.jit": (jj, [base]), "jaxrw": (rw, [base])}
+    if not inst.opt_kwargs.get("hoist_argnums"):  # where the host time of a kept program goes
+        variants |= {
+            "jaxrw._jitted": (rw._jitted, [base]),  # jax.jit(fn) itself: state "jit" calls it
+            "python frame + jax.jit": (lambda *a: jj(*a), [base]),
+        }
     if inst.opt_kwargs.get("hoist_argnums"):
         trainer = optimize(inst.fn, **inst.opt_kwargs)  # a training loop: step-0 weights, then new
         jax.block_until_ready(trainer(*inst.args(6)))
@@ -82,6 +89,8 @@ def run_case(name: str, calls: int, repeats: int) -> dict:
         "variants": rec,
         "counters": counters,
         "hot_path": rw._hot_path is not None,
+        "fast_state": rw._fast_state,
+        "dtype": dtype,
         "schedule": rw.report(*base).schedule,
     }
 
@@ -92,14 +101,15 @@ def main() -> None:
     ap.add_argument("--case", nargs="+", default=default)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json")
     a = ap.parse_args()
     out = {"device": str(jax.devices()[0]), "jax": jax.__version__, "cases": []}
     for name in a.case:  # printed as each ends: a run cut short still says what it measured
-        c = run_case(name, a.calls, a.repeats)
+        c = run_case(name, a.calls, a.repeats, a.dtype)
         out["cases"].append(c)
         print(c["case"], c["counters"], "hot path" if c["hot_path"] else "no hot path", flush=True)
-        print("  schedule:", c["schedule"])
+        print("  schedule:", c["schedule"], "| state", c["fast_state"])
         base = c["variants"]["jax.jit"]["total_us"]
         for k, v in c["variants"].items():
             print(
