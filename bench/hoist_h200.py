@@ -19,6 +19,7 @@ import argparse
 import json
 import statistics
 import time
+import timeit
 
 import jax
 
@@ -42,6 +43,29 @@ def _time(fn, arg_sets, calls: int) -> tuple[float, float]:
 
 
 _next: dict[int, int] = {}  # per function: where its rotation continues
+
+
+def _host_parts(rw, args: tuple, n: int = 20000) -> dict[str, float]:
+    """Host µs per call of the pieces of optimize()'s call in state "jit" (Optimized.__call__),
+    each timed alone: the top-level check, jax.jit's cache size, and the whole call with
+    jax.jit(fn) replaced by a no-op (what the call path adds to jax.jit's own dispatch)."""
+    from jaxrw import compat
+
+    def per_call(f) -> float:
+        return min(timeit.repeat(f, number=n, repeat=5)) / n * 1e6
+
+    real = rw._jitted
+    rw._jitted = lambda *a, **k: None
+    try:
+        minus_jit = per_call(lambda: rw(*args))
+    finally:
+        rw._jitted = real
+    return {
+        "top_level": per_call(compat.top_level),
+        "jit_size": per_call(rw._jit_size),
+        "empty lambda": per_call(lambda: None),
+        "call minus jax.jit": minus_jit,
+    }
 
 
 def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dict:
@@ -82,6 +106,7 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
         }
         for k, v in samples.items()
     }
+    parts = _host_parts(rw, base) if rw._fast_state == "jit" else {}
     counters = {k: getattr(h, k, None) for k in ("prologue_runs", "direct_runs")}
     counters["new-args handed off"] = entry.handed_off
     return {
@@ -90,6 +115,7 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
         "counters": counters,
         "hot_path": rw._hot_path is not None,
         "fast_state": rw._fast_state,
+        "host_parts_us": parts,
         "dtype": dtype,
         "schedule": rw.report(*base).schedule,
     }
@@ -110,6 +136,8 @@ def main() -> None:
         out["cases"].append(c)
         print(c["case"], c["counters"], "hot path" if c["hot_path"] else "no hot path", flush=True)
         print("  schedule:", c["schedule"], "| state", c["fast_state"])
+        if c["host_parts_us"]:
+            print("  host µs:", ", ".join(f"{k} {v:.2f}" for k, v in c["host_parts_us"].items()))
         base = c["variants"]["jax.jit"]["total_us"]
         for k, v in c["variants"].items():
             print(
