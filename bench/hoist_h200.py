@@ -68,6 +68,32 @@ def _host_parts(rw, args: tuple, n: int = 20000) -> dict[str, float]:
     }
 
 
+def _call_path_pieces(rw, base: tuple) -> dict[str, tuple]:
+    """jax.jit(fn) (rw._jitted) behind one Python frame that adds one piece of optimize()'s
+    state-"jit" call at a time: which piece costs host time next to a real dispatch."""
+    from jaxrw import compat
+
+    jitted, size, top = rw._jitted, rw._jitted._cache_size, compat.top_level
+
+    def with_kwargs(*a, **k):
+        return jitted(*a, **k)
+
+    def with_top_level(*a):
+        top()
+        return jitted(*a)
+
+    def with_cache_size(*a):
+        out = jitted(*a)
+        size()
+        return out
+
+    return {
+        "frame(**{}) + jax.jit": (with_kwargs, [base]),
+        "frame + top_level": (with_top_level, [base]),
+        "frame + cache size": (with_cache_size, [base]),
+    }
+
+
 def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dict:
     load_suites()
     inst = CASES[name].instance("large", dtype)
@@ -81,6 +107,7 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
         variants |= {
             "jaxrw._jitted": (rw._jitted, [base]),  # jax.jit(fn) itself: state "jit" calls it
             "python frame + jax.jit": (lambda *a: jj(*a), [base]),
+            **_call_path_pieces(rw, base),
         }
     if inst.opt_kwargs.get("hoist_argnums"):
         trainer = optimize(inst.fn, **inst.opt_kwargs)  # a training loop: step-0 weights, then new
