@@ -87,7 +87,19 @@ def _call_path_pieces(rw, base: tuple) -> dict[str, tuple]:
         size()
         return out
 
+    known = rw._jit_known
+
+    def state_jit_copy(*a, **k):  # Optimized.__call__'s state-"jit" branch, as a plain function
+        if rw._fast_state == "jit" and top():
+            out = jitted(*a, **k)
+            if size() != known:
+                raise AssertionError("jax.jit's cache grew")
+            return out
+        raise AssertionError("not in state jit")
+
     return {
+        "optimize's bound __call__": (rw.__call__, [base]),  # no type-slot lookup per call
+        "state-jit branch as a function": (state_jit_copy, [base]),
         "frame(**{}) + jax.jit": (with_kwargs, [base]),
         "frame + top_level": (with_top_level, [base]),
         "frame + cache size": (with_cache_size, [base]),
