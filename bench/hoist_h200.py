@@ -3,14 +3,14 @@
     python bench/hoist_h200.py [--case llama288_hoist nasrnn_args_hoist] [--json PATH]
 
 For each case (large size, `--dtype`, float32 by default): jax.jit and jaxrw called directly
-(jaxrw built by its first call, as a user's is). For kept programs also jax.jit(fn) through
-optimize's `_jitted` and through one Python frame. For hoisting cases also jaxrw with new
-parameters on every call (three sets in turn, on an instance first called with other weights,
-as a training loop), jaxrw's direct jax.jit for the latter, and the bound function. `issue_us`
-is the host time per call with nothing waited for (while the device queue has room), `total_us`
-the time per call including the wait at the end: a variant whose issue time is close to its
-total time is bound by the host (Python and
-dispatch), not the GPU.
+(jaxrw built by its first call, as a user's is). For programs not hoisted also jax.jit(fn)
+through optimize's `_jitted` and through one Python frame; where optimize() runs jax.jit(fn)
+itself (state "jit"), also the pieces of its call, alone and behind a frame. For hoisting
+cases also jaxrw with new parameters on every call (three sets in turn, on an instance first
+called with other weights, as a training loop), jaxrw's direct jax.jit for the latter, and the
+bound function. `issue_us` is the host time per call with nothing waited for (while the device
+queue has room), `total_us` the time per call including the wait at the end: a variant whose
+issue time is close to its total time is bound by the host (Python and dispatch), not the GPU.
 """
 
 from __future__ import annotations
@@ -115,12 +115,13 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
     new = [inst.args(s) for s in (3, 4, 5)]
     jax.block_until_ready(rw(*base))  # built by a direct call, as a user's first call does
     variants = {"jax.jit": (jj, [base]), "jaxrw": (rw, [base])}
-    if not inst.opt_kwargs.get("hoist_argnums"):  # where the host time of a kept program goes
+    if not inst.opt_kwargs.get("hoist_argnums"):  # where the host time of a plain call goes
         variants |= {
             "jaxrw._jitted": (rw._jitted, [base]),  # jax.jit(fn) itself: state "jit" calls it
             "python frame + jax.jit": (lambda *a: jj(*a), [base]),
-            **_call_path_pieces(rw, base),
         }
+        if rw._fast_state == "jit":  # kept: the pieces of optimize()'s call in that state
+            variants |= _call_path_pieces(rw, base)
     if inst.opt_kwargs.get("hoist_argnums"):
         trainer = optimize(inst.fn, **inst.opt_kwargs)  # a training loop: step-0 weights, then new
         jax.block_until_ready(trainer(*inst.args(6)))
