@@ -3,7 +3,8 @@
     python bench/hoist_h200.py [--case llama288_hoist nasrnn_args_hoist] [--json PATH]
 
 For each case (large size, `--dtype`, float32 by default): jax.jit and jaxrw called directly
-(jaxrw built by its first call, as a user's is). For programs not hoisted also jax.jit(fn)
+(jaxrw built by its first call, as a user's is), and jax.jit behind a class's `__call__` slot
+with no Python frame (`_slot`). For programs not hoisted also jax.jit(fn)
 through optimize's `_jitted` and through one Python frame; where optimize() runs jax.jit(fn)
 itself (state "jit"), also the pieces of its call, alone and behind a frame. For hoisting
 cases also jaxrw with new parameters on every call (three sets in turn, on an instance first
@@ -106,6 +107,12 @@ def _call_path_pieces(rw, base: tuple) -> dict[str, tuple]:
     }
 
 
+def _slot(jitted):
+    """An instance whose class's `__call__` is `jitted` itself: called like optimize()'s object,
+    with no Python frame on the way (what a no-Python call in state "jit" would cost)."""
+    return type("SlotCall", (), {"__call__": staticmethod(jitted)})()
+
+
 def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dict:
     load_suites()
     inst = CASES[name].instance("large", dtype)
@@ -114,7 +121,7 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
     base = inst.args(1)
     new = [inst.args(s) for s in (3, 4, 5)]
     jax.block_until_ready(rw(*base))  # built by a direct call, as a user's first call does
-    variants = {"jax.jit": (jj, [base]), "jaxrw": (rw, [base])}
+    variants = {"jax.jit": (jj, [base]), "jaxrw": (rw, [base]), "class slot -> jax.jit": (_slot(jj), [base])}
     if not inst.opt_kwargs.get("hoist_argnums"):  # where the host time of a plain call goes
         variants |= {
             "jaxrw._jitted": (rw._jitted, [base]),  # jax.jit(fn) itself: state "jit" calls it
@@ -128,6 +135,7 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
         variants |= {
             "jaxrw:bind": (rw.bind(*base), [base[1:]]),
             "jax.jit:new-args": (jj, new),
+            "class slot -> jax.jit:new-args": (_slot(jj), new),
             "jaxrw:new-args": (trainer, new),
             "jaxrw._jitted:new-args": (rw._jitted, new),
         }
