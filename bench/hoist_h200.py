@@ -4,9 +4,8 @@
 
 For each case (large size, `--dtype`, float32 by default): jax.jit and jaxrw called directly
 (jaxrw built by its first call, as a user's is), and jax.jit behind a class's `__call__` slot
-with no Python frame (`_slot`). For programs not hoisted also jax.jit(fn)
-through optimize's `_jitted` and through one Python frame; where optimize() runs jax.jit(fn)
-itself (state "jit"), also the pieces of its call, alone and behind a frame. For hoisting
+with no Python frame (`_slot`, as optimize() calls a kept program: state "jit"). For programs
+not hoisted also jax.jit(fn) through optimize's `_jitted` and through one Python frame. For hoisting
 cases also jaxrw with new parameters on every call (three sets in turn, on an instance first
 called with other weights, as a training loop), jaxrw's direct jax.jit for the latter, and the
 bound function. `issue_us` is the host time per call with nothing waited for (while the device
@@ -20,7 +19,6 @@ import argparse
 import json
 import statistics
 import time
-import timeit
 
 import jax
 
@@ -46,67 +44,6 @@ def _time(fn, arg_sets, calls: int) -> tuple[float, float]:
 _next: dict[int, int] = {}  # per function: where its rotation continues
 
 
-def _host_parts(rw, args: tuple, n: int = 20000) -> dict[str, float]:
-    """Host µs per call of the pieces of optimize()'s call in state "jit" (Optimized.__call__),
-    each timed alone: the top-level check, jax.jit's cache size, and the whole call with
-    jax.jit(fn) replaced by a no-op (what the call path adds to jax.jit's own dispatch)."""
-    from jaxrw import compat
-
-    def per_call(f) -> float:
-        return min(timeit.repeat(f, number=n, repeat=5)) / n * 1e6
-
-    real = rw._jitted
-    rw._jitted = lambda *a, **k: None
-    try:
-        minus_jit = per_call(lambda: rw(*args))
-    finally:
-        rw._jitted = real
-    return {
-        "top_level": per_call(compat.top_level),
-        "jit_size": per_call(rw._jit_size),
-        "empty lambda": per_call(lambda: None),
-        "call minus jax.jit": minus_jit,
-    }
-
-
-def _call_path_pieces(rw, base: tuple) -> dict[str, tuple]:
-    """jax.jit(fn) (rw._jitted) behind one Python frame that adds one piece of optimize()'s
-    state-"jit" call at a time: which piece costs host time next to a real dispatch."""
-    from jaxrw import compat
-
-    jitted, size, top = rw._jitted, rw._jitted._cache_size, compat.top_level
-
-    def with_kwargs(*a, **k):
-        return jitted(*a, **k)
-
-    def with_top_level(*a):
-        top()
-        return jitted(*a)
-
-    def with_cache_size(*a):
-        out = jitted(*a)
-        size()
-        return out
-
-    known = rw._jit_known
-
-    def state_jit_copy(*a, **k):  # Optimized.__call__'s state-"jit" branch, as a plain function
-        if rw._fast_state == "jit" and top():
-            out = jitted(*a, **k)
-            if size() != known:
-                raise AssertionError("jax.jit's cache grew")
-            return out
-        raise AssertionError("not in state jit")
-
-    return {
-        "optimize's bound __call__": (rw.__call__, [base]),  # no type-slot lookup per call
-        "state-jit branch as a function": (state_jit_copy, [base]),
-        "frame(**{}) + jax.jit": (with_kwargs, [base]),
-        "frame + top_level": (with_top_level, [base]),
-        "frame + cache size": (with_cache_size, [base]),
-    }
-
-
 def _slot(jitted):
     """An instance whose class's `__call__` is `jitted` itself: called like optimize()'s object,
     with no Python frame on the way (what a no-Python call in state "jit" would cost)."""
@@ -127,8 +64,6 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
             "jaxrw._jitted": (rw._jitted, [base]),  # jax.jit(fn) itself: state "jit" calls it
             "python frame + jax.jit": (lambda *a: jj(*a), [base]),
         }
-        if rw._fast_state == "jit":  # kept: the pieces of optimize()'s call in that state
-            variants |= _call_path_pieces(rw, base)
     if inst.opt_kwargs.get("hoist_argnums"):
         trainer = optimize(inst.fn, **inst.opt_kwargs)  # a training loop: step-0 weights, then new
         jax.block_until_ready(trainer(*inst.args(6)))
@@ -154,7 +89,6 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
         }
         for k, v in samples.items()
     }
-    parts = _host_parts(rw, base) if rw._fast_state == "jit" else {}
     counters = {k: getattr(h, k, None) for k in ("prologue_runs", "direct_runs")}
     counters["new-args handed off"] = entry.handed_off
     return {
@@ -163,7 +97,6 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
         "counters": counters,
         "hot_path": rw._hot_path is not None,
         "fast_state": rw._fast_state,
-        "host_parts_us": parts,
         "dtype": dtype,
         "schedule": rw.report(*base).schedule,
     }
@@ -184,8 +117,6 @@ def main() -> None:
         out["cases"].append(c)
         print(c["case"], c["counters"], "hot path" if c["hot_path"] else "no hot path", flush=True)
         print("  schedule:", c["schedule"], "| state", c["fast_state"])
-        if c["host_parts_us"]:
-            print("  host µs:", ", ".join(f"{k} {v:.2f}" for k, v in c["host_parts_us"].items()))
         base = c["variants"]["jax.jit"]["total_us"]
         for k, v in c["variants"].items():
             print(

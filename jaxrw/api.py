@@ -64,6 +64,17 @@ def _needs_python(entry: _Entry, fast_mode: str = "xla") -> bool:
     return entry.schedule != fast_mode
 
 
+def _as_written(entry: _Entry) -> bool:
+    """Whether a signature runs the user's function unchanged under XLA's own schedule: kept by the
+    guard, fallen back, or handed off (hoisting)."""
+    original = entry.fallback is not None or entry.handed_off or not entry.report.rewritten
+    return original and entry.schedule == "xla"
+
+
+def _state(default: Any) -> Any:
+    return field(default=default, init=False, repr=False)
+
+
 @dataclass(eq=False)  # hashable by identity, like a jitted function
 class Optimized:
     """The callable `optimize` returns. Call it like the original function."""
@@ -88,22 +99,23 @@ class Optimized:
     hoist_argnames: tuple[str, ...] = ()
     max_hoist_bytes: int = DEFAULT_MAX_HOIST_BYTES
     _cache: dict[Any, _Entry] = field(default_factory=dict, repr=False)
-    _jitted: Any = field(default=None, repr=False)
     traces: int = 0  # how many signatures were traced (for tests and explain)
     _keep: bool = field(default=False, repr=False)  # keep each signature's RewriteResult (explain)
-    _fast: Any = field(default=None, repr=False)  # jax.jit of `_inline` (see `_fast_path`)
-    _fast_state: str = field(default="unknown", repr=False)  # "on", "jit", "off", "broken" or "disabled"
-    _jit_known: int = field(default=-1, repr=False)  # in state "jit": the size of _jitted's cache
-    _jit_size: Any = field(default=None, repr=False)  # in state "jit": _jitted's _cache_size method
-    _fast_mode: str = field(default="xla", repr=False)  # the XLA mode `_fast` is compiled under
-    _fast_nested: Any = field(default=None, repr=False)  # `_fast` without that mode's options
+    # the call state (not copied by dataclasses.replace, as explain's clone is made)
+    _jitted: Any = _state(None)  # jax.jit(fn): fallbacks, and jax.jit's program where needed
+    _fast: Any = _state(None)  # jax.jit of `_inline` (see `_fast_path`)
+    _fast_state: str = _state("unknown")  # "on", "jit", "off", "broken" or "disabled"
+    _fast_mode: str = _state("xla")  # the XLA mode `_fast` is compiled under
+    _fast_nested: Any = _state(None)  # `_fast` without that mode's options
     # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
     # last hoisted signature called with them, so a call with cached slow arrays skips the full key
-    _hot: dict[Any, tuple] = field(default_factory=dict, repr=False)
-    _hot_path: HotPath | None = field(default=None, repr=False)  # of the last such signature called
-    _hot_path_off: bool = field(default=False, repr=False)  # it met another signature: not used again
+    _hot: dict[Any, tuple] = field(default_factory=dict, init=False, repr=False)
+    _hot_path: HotPath | None = _state(None)  # of the last such signature called
+    _hot_path_off: bool = _state(False)  # it met another signature: not used again
 
     def __post_init__(self):
+        if type(self).__dict__.get("_jit_class"):  # dataclasses.replace of one in state "jit"
+            self.__class__ = Optimized
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
         self._jitted = jax.jit(
             self.fn,
@@ -115,13 +127,17 @@ class Optimized:
         self._fast = self._new_fast()
 
     def _new_fast(self) -> Any:
-        """A jax.jit of `_inline`. A new one after `_inline` raised _BuildOutside: jax's C++
-        dispatch sends every later call of a signature whose first trace raised through Python
-        (about 90 us a call on a CPU), so the jit that saw the raise is not kept. Under an XLA mode
-        `_fast` is the jit with its options itself, not a TopLevel: no Python frame more per call;
-        inside another jit's trace `__call__` takes `_fast_nested` instead."""
+        """A jax.jit of `_inline`, through a function of its own (jax caches traces by function: a
+        jit of the bound `_inline` would find an earlier one's). A new one after `_inline` raised
+        _BuildOutside: jax's C++ dispatch sends every later call of a signature whose first trace
+        raised through Python (~90 µs a call on a CPU). Under an XLA mode `_fast` is the jit with
+        its options itself (no TopLevel frame); inside another jit `__call__` takes `_fast_nested`."""
+
+        def inline(*args: Any, **kwargs: Any) -> Any:
+            return self._inline(*args, **kwargs)
+
         fast = tuned_jit(
-            self._inline,
+            inline,
             self._fast_mode,
             static_argnums=self.static_argnums,
             static_argnames=self.static_argnames,
@@ -132,19 +148,10 @@ class Optimized:
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._fast_state == "jit" and compat.top_level():  # every signature so far runs fn as is
-            try:
-                out = self._jitted(*args, **kwargs)
-            except Exception:
-                self._check_arguments(args, kwargs)  # jaxrw's clearer error for a bad value, if one
-                raise
-            if self._jit_size() != self._jit_known:  # a new signature, maybe
-                self._jit_grew(args, kwargs)
-            return out
         if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
             disabled = os.environ.get("JAXRW_DISABLE", "") not in ("", "0")
             self._fast_state = "disabled" if disabled else "on" if self._fast_path() else "off"
-        if self._fast_state == "on":  # first: it is the path of most calls (µs count here)
+        if self._fast_state in ("on", "jit"):  # first: it is the path of most calls (µs count here)
             try:
                 return self._fast(*args, **kwargs)
             except _BuildOutside:  # built below (hoisting, or auto timing schedules on CUDA)
@@ -185,9 +192,12 @@ class Optimized:
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         if self._fast_state == "on" and self._all_original() and not any(map(compat.is_tracer, leaves)):
-            out = self._jitted(*args, **kwargs)
             self._enter_jit()
-            return out
+            try:
+                return self._fast(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - as the fast path's failures
+                self._leave_jit()
+                return self._fast_failed(e, args, kwargs)
         if self._fast_state == "on" and _needs_python(entry, self._fast_mode) and not self._adopt_mode(entry):
             self._fast_state = "off"  # its program runs through entry.call, not inlined
         if entry.fallback is not None or entry.handed_off:
@@ -220,6 +230,7 @@ class Optimized:
     def python_path_only(self) -> Optimized:
         """Send every call through the Python call path (the one hoisting, verify and scheduled
         programs take) instead of jax's C++ dispatch: for measuring what that path costs."""
+        self._leave_jit()
         self._fast_state = "off"
         return self
 
@@ -251,42 +262,43 @@ class Optimized:
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         key = (in_tree, tuple(leaf_key(x) for x in leaves), statics)
         entry = self._cache.get(key)
+        if self._fast_state == "jit":  # this jit is the class's __call__: the user's function here
+            if entry is None and not self._build_outside():
+                entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+            if entry is None or not _as_written(entry):
+                self._leave_jit()  # its program runs from its next call, through __call__
+            return self.fn(*args, **kwargs)
         python = entry is not None and _needs_python(entry, self._fast_mode)
         if python or (entry is None and self._build_outside()):
             raise _BuildOutside()  # __call__ takes its own path (and builds there)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-        if self._all_original():  # run as jax.jit(fn) itself (`_enter_jit`), compiled there
+        if self._all_original():  # state "jit" (`_enter_jit`), entered in __call__
             raise _BuildOutside()
         if entry.fallback is not None or entry.fn is None or entry.handed_off:
             return self.fn(*args, **kwargs)
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
 
     def _all_original(self) -> bool:
-        """Whether every signature built so far runs the user's function unchanged, under XLA's
-        own schedule: kept by the guard, fallen back, or handed off (hoisting)."""
-        return bool(self._cache) and all(
-            (e.fallback is not None or e.handed_off or not e.report.rewritten) and e.schedule == "xla"
-            for e in self._cache.values()
-        )
+        """Whether every signature built so far runs the user's function unchanged (`_as_written`)."""
+        return bool(self._cache) and all(map(_as_written, self._cache.values()))
 
     def _enter_jit(self) -> None:
-        """State "jit": calls go to `jax.jit(fn)` itself (`_jitted`), not to a jit of `_inline`
-        with the same program inlined: in one process the very executable a `jax.jit(fn)` of the
-        user's compiles, not a second compilation (two compilations of one program differed by up
-        to 6-7% on the H200: XLA's autotuning). New signatures show as growth of its cache."""
-        self._jit_size = getattr(self._jitted, "_cache_size", None)
-        if self._jit_size is not None:  # else new signatures would go unseen: stay on the fast path
-            self._fast_state, self._jit_known = "jit", self._jit_size()
+        """State "jit": every signature runs the user's function as written, so the instance's class
+        (its own) takes a new `_fast` as `__call__`: jax's C++ dispatch, no Python frame of jaxrw's
+        (1-7 µs a call on the H200 host). `_inline` sends unknown signatures back (`_leave_jit`)."""
+        self._fast_mode, self._fast_state = "xla", "jit"
+        self._fast = self._new_fast()
+        slot = {"__call__": staticmethod(self._fast), "_jit_class": True}
+        self.__class__ = type("Optimized", (Optimized,), slot)
 
-    def _jit_grew(self, args: tuple, kwargs: dict) -> None:
-        """`_jitted` compiled a new signature in state "jit" (or a known one again, for arguments of
-        another kind, such as numpy arrays): build it now. If it is rewritten, the fast path takes
-        over from the next call (this call ran jax.jit's program: same results)."""
-        self._jit_known = self._jit_size()
-        self._entry_for(args, kwargs)
-        if not self._all_original():
+    def _leave_jit(self) -> None:
+        """Back from state "jit" to `Optimized.__call__` (state "on"), with a new `_fast`: the one
+        that served as `__call__` traced the user's function for a signature not yet built."""
+        if self._fast_state == "jit":
+            self.__class__ = Optimized
             self._fast_state = "on"
+            self._fast = self._new_fast()
 
     def _run_direct(self, entry: _Entry, args: tuple, kwargs: dict) -> Any:
         """jax.jit's program, for a hoisted signature called with new slow arrays (HoistedCall.
@@ -305,7 +317,7 @@ class Optimized:
             self._fast_state, self._hot_path = "on", None
             self._hot.clear()
         if self._fast_state == "on" and self._all_original():
-            self._enter_jit()  # no signature left whose program is not jax.jit's: run that jit itself
+            self._enter_jit()  # no signature left whose program is not jax.jit's
         return out
 
     def _adopt_mode(self, entry: _Entry) -> bool:
@@ -323,6 +335,7 @@ class Optimized:
         """The inlined program failed to trace, compile or run. If jax.jit of the function fails on
         the same arguments, they are at fault: its error propagates. Otherwise jaxrw is: fall back
         to jax.jit from now on with one warning (or raise under strict)."""
+        self._leave_jit()
         self._check_arguments(args, kwargs)
         want = self._jitted(*args, **kwargs)
         err = RewriteStageError("compile", e)
@@ -380,10 +393,9 @@ class Optimized:
         self._cache.clear()
         self._hot.clear()
         self._hot_path, self._hot_path_off = None, False
+        self._leave_jit()  # every signature is built again, through the fast path
         self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
         self._fast = self._new_fast()
-        if self._fast_state == "jit":  # every signature is built again, through the fast path
-            self._fast_state = "on"
 
     # -- internals --------------------------------------------------------------------------
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
@@ -572,7 +584,7 @@ def optimize(
     every concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;
     `autotune=True` times the original and the model's `autotune_k` best programs on this device
     at the first call of each signature and keeps the fastest (cached on disk). While every
-    signature keeps the original program, calls go to `jax.jit(fn)` itself (its executable).
+    signature keeps the original program, calls go straight to a jax.jit of `fn` (no Python).
     `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that
     depends only on them (concatenated or transposed weights, products of weights) runs once per
     new set of arrays and is reused while the caller passes the same arrays, up to

@@ -266,8 +266,8 @@ def test_hot_path_with_static_arguments():
 def test_parameters_new_on_every_call_hand_the_signature_to_jax_jit():
     # a training loop calling the function outside jit: after HANDOFF_AFTER calls in a row with
     # new parameters the signature runs jax.jit's program: jax.jit(f) itself once no other
-    # signature needs more (state "jit": jax's C++ dispatch, jax.jit's executable, no Python of
-    # jaxrw's but a state and cache-size check per call); clear_cache() hoists again
+    # signature needs more (state "jit": a jax.jit of f as the class's __call__, jax's C++
+    # dispatch with no Python of jaxrw's); clear_cache() hoists again
     from jaxrw.hoist import HANDOFF_AFTER
 
     opt = jaxrw.optimize(f, hoist_argnums=0)

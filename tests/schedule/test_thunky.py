@@ -351,7 +351,7 @@ def test_auto_keeping_xla_uses_the_fast_path(monkeypatch):
     # auto times candidates when a signature is built, which cannot happen inside jax.jit's trace
     # of the fast path: the first call builds outside it; when auto keeps XLA's schedule, later
     # calls take the C++ dispatch again (on jax >= 0.12 with CUDA this path used to be off): here
-    # the guard keeps _two_step, so they go to jax.jit(_two_step) itself (state "jit")
+    # the guard keeps _two_step, so they go to a jax.jit of it with no Python (state "jit")
     calls = _auto_on_cuda(monkeypatch, "xla")
     opt = jaxrw.optimize(_two_step)
     _called_three_times(opt)
