@@ -38,12 +38,11 @@ log = logging.getLogger("jaxrw")
 # auto keeps a candidate only when it measured at least this much faster: on the H200 host a second
 # jax.jit of the same function measured 0.97-1.09x of the first (37 cases, runs of 2026-12-03q-t)
 MEASURED_MARGIN = 0.05
-# the margin where the program is kept as written: not picking runs it under XLA's own schedule
-# with no Python per call (Optimized's state "jit"), a pick another compilation through Python,
-# and XLA's autotuning alone made separate compilations of one program 0.94-1.07x of each other
-# (H200, run w). In the eighth
-# lease, kept programs' picks measured 1.05-1.09x when built ran 0.93-1.09x in the bench (mean
-# 1.02x), those measured 1.15-1.27x ran 1.04-1.53x (bench/README.md)
+# the margin where the program is kept as written: not picking runs it as written under XLA's
+# own schedule (Optimized's state "jit"), a pick runs another compilation, and XLA's autotuning
+# alone made separate compilations of one program 0.94-1.07x of each other (H200, run w). In the
+# eighth lease, kept programs' picks measured 1.05-1.09x when built ran 0.93-1.09x in the bench
+# (mean 1.02x), those measured 1.15-1.27x ran 1.04-1.53x (bench/README.md)
 KEPT_MARGIN = 0.10
 # XLA's modes are not compiled for a program whose own first call (compilation) took longer than
 # this: each mode is another whole compilation. On the H200 (bf16 run s) the programs past it were
