@@ -107,6 +107,7 @@ class Optimized:
     _fast_state: str = _state("unknown")  # "on", "jit", "off", "broken" or "disabled"
     _fast_mode: str = _state("xla")  # the XLA mode `_fast` is compiled under
     _fast_nested: Any = _state(None)  # `_fast` without that mode's options
+    _unbuilt: set = field(default_factory=set, init=False, repr=False)  # met in state "jit", not built
     # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
     # last hoisted signature called with them, so a call with cached slow arrays skips the full key
     _hot: dict[Any, tuple] = field(default_factory=dict, init=False, repr=False)
@@ -265,6 +266,8 @@ class Optimized:
         if self._fast_state == "jit":  # this jit is the class's __call__: the user's function here
             if entry is None and not self._build_outside():
                 entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+            if entry is None:
+                self._unbuilt.add(key)  # no state "jit" again before it is built (`_all_original`)
             if entry is None or not _as_written(entry):
                 self._leave_jit()  # its program runs from its next call, through __call__
             return self.fn(*args, **kwargs)
@@ -280,8 +283,11 @@ class Optimized:
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
 
     def _all_original(self) -> bool:
-        """Whether every signature built so far runs the user's function unchanged (`_as_written`)."""
-        return bool(self._cache) and all(map(_as_written, self._cache.values()))
+        """Whether every signature met runs the user's function unchanged (`_as_written`): all those
+        built, and none met in state "jit" left to build at its next call (else two signatures
+        called in turn would leave and enter that state, a compilation each, on every call)."""
+        self._unbuilt.difference_update(self._cache)
+        return bool(self._cache) and not self._unbuilt and all(map(_as_written, self._cache.values()))
 
     def _enter_jit(self) -> None:
         """State "jit": every signature runs the user's function as written, so the instance's class
@@ -391,6 +397,7 @@ class Optimized:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._unbuilt.clear()
         self._hot.clear()
         self._hot_path, self._hot_path_off = None, False
         self._leave_jit()  # every signature is built again, through the fast path

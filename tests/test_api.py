@@ -341,6 +341,31 @@ def test_signatures_built_outside_the_trace_keep_jax_cpp_dispatch(monkeypatch, p
     assert python_dispatches[0] == 0
 
 
+def test_kept_signatures_called_in_turn_settle_in_state_jit(monkeypatch, python_dispatches):
+    # with schedule="auto" on CUDA (or hoisting) state "jit" cannot build a signature it meets
+    # (auto times schedules on the call's arrays): it leaves that state and the signature is built
+    # at its next call. Until then no other call may enter state "jit" again, or two signatures
+    # called in turn would leave and enter it, with a compilation, on every call
+    monkeypatch.setattr(api.Optimized, "_build_outside", lambda self: True)
+    made, new_fast = [0], api.Optimized._new_fast
+
+    def counted(self):
+        made[0] += 1
+        return new_fast(self)
+
+    monkeypatch.setattr(api.Optimized, "_new_fast", counted)
+    opt = jaxrw.optimize(lambda x: jnp.tanh(x) * 2)
+    a, b = _rand(20, (8,), (16,))
+    for i in range(6):
+        x = (a, b)[i % 2]
+        np.testing.assert_allclose(opt(x), jnp.tanh(x) * 2, rtol=1e-6)
+    assert opt._fast_state == "jit" and opt.traces == 2 and not opt._unbuilt
+    settled, python_dispatches[0] = made[0], 0
+    for i in range(6):
+        opt((a, b)[i % 2])
+    assert made[0] == settled and python_dispatches[0] == 0
+
+
 def test_python_path_only_sends_every_call_through_python(monkeypatch):
     # what schedule="auto" measures to price candidates that need optimize's Python call path:
     # that path splits and flattens the arguments in Python on every call; the fast path does
