@@ -29,7 +29,7 @@ from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, Limits, RewriteReport, rewrite_jaxpr
 from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
-from .signature import leaf_key, leaf_owners, spec, static_key
+from .signature import Entry, as_written, leaf_key, leaf_owners, spec, static_key
 from .tolerance import relative_error, tolerance
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
@@ -37,38 +37,17 @@ __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
 log = logging.getLogger("jaxrw")
 
 
-@dataclass
-class _Entry:
-    call: Callable[..., Any]
-    out_tree: Any
-    report: RewriteReport | None
-    fallback: str | None = None  # the cause, when jax.jit runs instead
-    trace: Any = None  # (closed jaxpr, RewriteResult, profile), kept only for explain
-    proven: bool = False  # the rewritten program compiled and ran once
-    fn: Callable[..., Any] | None = None  # the program as a plain function (inlined by the fast path)
-    schedule: str = "xla"  # what runs it: "xla", or a schedule auto/streams chose (thunky.select)
-    hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
-    handed_off: bool = False  # hoisted, but its slow arrays changed on every call: jax.jit's program
-
-
 class _BuildOutside(Exception):
     """Raised inside the fast path's trace for a signature that must be built, or run, outside it."""
 
 
-def _needs_python(entry: _Entry, fast_mode: str = "xla") -> bool:
+def _needs_python(entry: Entry, fast_mode: str = "xla") -> bool:
     """Whether a signature's program runs through `entry.call` on the Python call path: a hoisted
     program (prologue cached by identity), a thunky schedule, or an XLA mode (compiler options)
     other than the one the fast path's jit is compiled under (`fast_mode`)."""
     if isinstance(entry.call, HoistedCall) and not entry.handed_off:
         return True
     return entry.schedule != fast_mode
-
-
-def _as_written(entry: _Entry) -> bool:
-    """Whether a signature runs the user's function unchanged under XLA's own schedule: kept by the
-    guard, fallen back, or handed off (hoisting)."""
-    original = entry.fallback is not None or entry.handed_off or not entry.report.rewritten
-    return original and entry.schedule == "xla"
 
 
 def _state(default: Any) -> Any:
@@ -98,7 +77,7 @@ class Optimized:
     hoist_argnums: tuple[int, ...] = ()
     hoist_argnames: tuple[str, ...] = ()
     max_hoist_bytes: int = DEFAULT_MAX_HOIST_BYTES
-    _cache: dict[Any, _Entry] = field(default_factory=dict, repr=False)
+    _cache: dict[Any, Entry] = field(default_factory=dict, repr=False)
     traces: int = 0  # how many signatures were traced (for tests and explain)
     _keep: bool = field(default=False, repr=False)  # keep each signature's RewriteResult (explain)
     # the call state (not copied by dataclasses.replace, as explain's clone is made)
@@ -268,7 +247,7 @@ class Optimized:
                 entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
             if entry is None:
                 self._unbuilt.add(key)  # no state "jit" again before it is built (`_all_original`)
-            if entry is None or not _as_written(entry):
+            if entry is None or not as_written(entry):
                 self._leave_jit()  # its program runs from its next call, through __call__
             return self.fn(*args, **kwargs)
         python = entry is not None and _needs_python(entry, self._fast_mode)
@@ -283,11 +262,11 @@ class Optimized:
         return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
 
     def _all_original(self) -> bool:
-        """Whether every signature met runs the user's function unchanged (`_as_written`): all those
+        """Whether every signature met runs the user's function unchanged (`as_written`): all those
         built, and none met in state "jit" left to build at its next call (else two signatures
         called in turn would leave and enter that state, a compilation each, on every call)."""
         self._unbuilt.difference_update(self._cache)
-        return bool(self._cache) and not self._unbuilt and all(map(_as_written, self._cache.values()))
+        return bool(self._cache) and not self._unbuilt and all(map(as_written, self._cache.values()))
 
     def _enter_jit(self) -> None:
         """State "jit": every signature runs the user's function as written, so the instance's class
@@ -306,7 +285,7 @@ class Optimized:
             self._fast_state = "on"
             self._fast = self._new_fast()
 
-    def _run_direct(self, entry: _Entry, args: tuple, kwargs: dict) -> Any:
+    def _run_direct(self, entry: Entry, args: tuple, kwargs: dict) -> Any:
         """jax.jit's program, for a hoisted signature called with new slow arrays (HoistedCall.
         wants_direct); after HANDOFF_AFTER such calls in a row the signature is handed off: it runs
         jax.jit's program from now on, through the C++ fast path once no signature needs Python,
@@ -326,7 +305,7 @@ class Optimized:
             self._enter_jit()  # no signature left whose program is not jax.jit's
         return out
 
-    def _adopt_mode(self, entry: _Entry) -> bool:
+    def _adopt_mode(self, entry: Entry) -> bool:
         """Whether the fast path's jit now runs `entry`'s program under its XLA mode (recompiled
         for it): only when it is the only signature and needs no Python of its own."""
         ok = len(self._cache) == 1 and entry.schedule in ("xla", *XLA_MODES)
@@ -357,7 +336,7 @@ class Optimized:
         for x in jax.tree_util.tree_leaves(dyn):
             leaf_key(x)
 
-    def _first_call_failed(self, entry: _Entry, e: Exception, args: tuple, kwargs: dict) -> Any:
+    def _first_call_failed(self, entry: Entry, e: Exception, args: tuple, kwargs: dict) -> Any:
         """The built program failed on its first call. jax.jit runs the same arguments first: if it
         fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
         fall back with one warning (compile stage), or raise under strict."""
@@ -373,7 +352,7 @@ class Optimized:
         """The rewrite report of the signature these arguments have (traced if new)."""
         return self._entry_for(args, kwargs)[0].report
 
-    def _entry_for(self, args: tuple, kwargs: dict) -> tuple[_Entry, tuple, list]:
+    def _entry_for(self, args: tuple, kwargs: dict) -> tuple[Entry, tuple, list]:
         """(this signature's entry, built if new; its cache key; the flat argument leaves)."""
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
@@ -435,7 +414,7 @@ class Optimized:
 
         return flat
 
-    def _build(self, args, kwargs, dyn, statics, leaves, in_tree) -> _Entry:
+    def _build(self, args, kwargs, dyn, statics, leaves, in_tree) -> Entry:
         self.traces += 1
         flat = self._flat_fn(args, kwargs, in_tree)
         specs = [spec(x) for x in leaves]
@@ -484,14 +463,14 @@ class Optimized:
                 raise
             warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {e}", stacklevel=3)
             kept = (closed, None, None) if self._keep else None
-            return _Entry(self._jitted, out_tree, None, fallback=str(e), trace=kept)
+            return Entry(self._jitted, out_tree, None, fallback=str(e), trace=kept)
         except Exception as e:  # noqa: BLE001 - never break the user's program
             err = RewriteStageError("optimize", e)
             if self.strict:
                 raise err from e
             warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
             kept = (closed, None, None) if self._keep else None
-            return _Entry(self._jitted, out_tree, None, fallback=str(err), trace=kept)
+            return Entry(self._jitted, out_tree, None, fallback=str(err), trace=kept)
         report = result.report
         log.debug("jaxrw %s: %r", _name(self.fn), report)
         kept = (closed, result, profile) if self._keep else None
@@ -519,11 +498,11 @@ class Optimized:
                 if self.strict:
                     raise err from e
                 warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
-                return _Entry(self._jitted, out_tree, report, fallback=str(err))
+                return Entry(self._jitted, out_tree, report, fallback=str(err))
             report.schedule = f"{chosen.choice}: {why or chosen.reason}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
-            return _Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
-        return _Entry(call, out_tree, report, trace=kept)
+            return Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
+        return Entry(call, out_tree, report, trace=kept)
 
     def _slow_leaves(self, owners: list[int | str], leaves: list) -> frozenset[int]:
         """Leaves of hoisted arguments: jax arrays only (immutable, so identity is a sound cache

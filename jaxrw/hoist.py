@@ -265,7 +265,7 @@ class HotPath:
     dispatch of one jax.jit that takes the prologue values, the few hoisted leaves the main
     program reads, and the other arguments (`_Layout`). Arguments of another signature reach that
     jit as a new trace, which raises NotHot; the caller then turns the path off for good, so
-    alternating signatures never pay a trace per call. One per signature (`_Entry.hot`),
+    alternating signatures never pay a trace per call. One per signature (`Entry.hot`),
     refreshed when the prologue reruns for new slow arrays."""
 
     def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):

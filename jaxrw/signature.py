@@ -1,9 +1,12 @@
 """Argument signatures: the keys optimize() caches compiled programs under (one per structure,
-shapes, dtypes and static values), and the abstract values it traces with."""
+shapes, dtypes and static values), the abstract values it traces with, and what it keeps per
+signature (`Entry`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -11,7 +14,11 @@ import numpy as np
 from . import compat
 from .errors import InvalidOptionError
 
-__all__ = ["leaf_key", "leaf_owners", "spec", "static_key"]
+if TYPE_CHECKING:
+    from .hoist import HotPath
+    from .rewrite.run import RewriteReport
+
+__all__ = ["Entry", "as_written", "leaf_key", "leaf_owners", "spec", "static_key"]
 
 
 def leaf_key(x: Any) -> tuple:
@@ -71,3 +78,26 @@ def leaf_owners(in_tree: Any, kwargs: dict, static_argnums: Any, static_argnames
     for name, sub in zip(names, kwargs_tree.children(), strict=True):
         owners += [name] * sub.num_leaves
     return owners
+
+
+@dataclass
+class Entry:
+    """What optimize() keeps per signature: the program that runs it and how it was chosen."""
+
+    call: Callable[..., Any]
+    out_tree: Any
+    report: RewriteReport | None
+    fallback: str | None = None  # the cause, when jax.jit runs instead
+    trace: Any = None  # (closed jaxpr, RewriteResult, profile), kept only for explain
+    proven: bool = False  # the rewritten program compiled and ran once
+    fn: Callable[..., Any] | None = None  # the program as a plain function (inlined by the fast path)
+    schedule: str = "xla"  # what runs it: "xla", or a schedule auto/streams chose (thunky.select)
+    hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
+    handed_off: bool = False  # hoisted, but its slow arrays changed on every call: jax.jit's program
+
+
+def as_written(entry: Entry) -> bool:
+    """Whether a signature runs the user's function unchanged under XLA's own schedule: kept by the
+    guard, fallen back, or handed off (hoisting)."""
+    original = entry.fallback is not None or entry.handed_off or not entry.report.rewritten
+    return original and entry.schedule == "xla"
