@@ -86,6 +86,7 @@ class Optimized:
     _fast_state: str = _state("unknown")  # "on", "jit", "off", "broken" or "disabled"
     _fast_mode: str = _state("xla")  # the XLA mode `_fast` is compiled under
     _fast_nested: Any = _state(None)  # `_fast` without that mode's options
+    _fast_gen: Any = _state(None)  # which `_new_fast` made `_fast` (see there)
     _unbuilt: set = field(default_factory=set, init=False, repr=False)  # met in state "jit", not built
     # hoisting: (pytree structure, statics) -> (entry, fast leaf positions, their keys) of the
     # last hoisted signature called with them, so a call with cached slow arrays skips the full key
@@ -111,9 +112,13 @@ class Optimized:
         jit of the bound `_inline` would find an earlier one's). A new one after `_inline` raised
         _BuildOutside: jax's C++ dispatch sends every later call of a signature whose first trace
         raised through Python (~90 µs a call on a CPU). Under an XLA mode `_fast` is the jit with
-        its options itself (no TopLevel frame); inside another jit `__call__` takes `_fast_nested`."""
+        its options itself (no TopLevel frame); inside another jit `__call__` takes `_fast_nested`.
+        A jit since replaced (held as a `__call__` taken in state "jit") traces `fn` as written."""
+        self._fast_gen = generation = object()
 
         def inline(*args: Any, **kwargs: Any) -> Any:
+            if generation is not self._fast_gen:
+                return self.fn(*args, **kwargs)
             return self._inline(*args, **kwargs)
 
         fast = tuned_jit(

@@ -364,6 +364,12 @@ def test_kept_signatures_called_in_turn_settle_in_state_jit(monkeypatch, python_
     for i in range(6):
         opt((a, b)[i % 2])
     assert made[0] == settled and python_dispatches[0] == 0
+    # a __call__ taken in state "jit" and called after it was left runs the function as written
+    taken, c = opt.__call__, _rand(21, (32,))[0]
+    np.testing.assert_allclose(opt(c), jnp.tanh(c) * 2, rtol=1e-6)  # unknown: leaves state "jit"
+    assert opt._fast_state == "on" and taken is not opt._fast
+    d = _rand(22, (64,))[0]
+    np.testing.assert_allclose(taken(d), jnp.tanh(d) * 2, rtol=1e-6)  # no _BuildOutside escapes
 
 
 def test_python_path_only_sends_every_call_through_python(monkeypatch):
