@@ -19,7 +19,7 @@ from .. import compat
 from ..rewrite.profiles import Profile
 from ..signature import spec
 from .thunky import Selection, python_path_overhead_s, select_xla_mode
-from .timing import KEPT_MARGIN, MEASURED_MARGIN, device_inputs
+from .timing import device_inputs, margin_for
 
 __all__ = ["for_program", "for_hoisted", "for_plain_jit"]
 
@@ -67,7 +67,7 @@ def for_program(
         memory_slack=memory_slack,
         call_overhead=python_path_overhead_s,
         inputs=device_inputs(leaves) if mode == "auto" else None,  # only auto times candidates
-        margin=KEPT_MARGIN if kept else MEASURED_MARGIN,
+        margin=margin_for(kept),
     )
     return chosen, why
 
@@ -103,8 +103,8 @@ def for_plain_jit(
         return "xla", why
     try:
         args = inputs()
-        margin = KEPT_MARGIN if kept else MEASURED_MARGIN
-        return select_xla_mode(fn, [spec(x) for x in args], memory_slack, inputs=args, margin=margin)
+        specs = [spec(x) for x in args]
+        return select_xla_mode(fn, specs, memory_slack, inputs=args, margin=margin_for(kept))
     except Exception as e:  # noqa: BLE001 - timing is optional: XLA's schedule always works
         log.warning("jaxrw: could not time schedules of %s (%s: %s)", fn, type(e).__name__, e)
         return "xla", f"not timed ({type(e).__name__})"

@@ -29,6 +29,7 @@ __all__ = [
     "peak_bytes",
     "MEASURED_MARGIN",
     "KEPT_MARGIN",
+    "margin_for",
     "SAMPLE_S",
     "COMPILE_LIMIT_S",
     "PEAK_ALLOWANCE_BYTES",
@@ -44,6 +45,13 @@ MEASURED_MARGIN = 0.05
 # eighth lease, kept programs' picks measured 1.05-1.09x when built ran 0.93-1.09x in the bench
 # (mean 1.02x), those measured 1.15-1.27x ran 1.04-1.53x (bench/README.md)
 KEPT_MARGIN = 0.10
+
+
+def margin_for(kept: bool) -> float:
+    """The gain a schedule must measure to be taken: KEPT_MARGIN for a program kept as written."""
+    return KEPT_MARGIN if kept else MEASURED_MARGIN
+
+
 # XLA's modes are not compiled for a program whose own first call (compilation) took longer than
 # this: each mode is another whole compilation. On the H200 (bf16 run s) the programs past it were
 # gated_mlp_const, experts_equal, llama288_const (2.5-3.4 s: 7-8 s of timing modes, none kept or
