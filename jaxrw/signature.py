@@ -22,8 +22,9 @@ __all__ = ["Entry", "as_written", "leaf_key", "leaf_owners", "spec", "static_key
 
 
 def leaf_key(x: Any) -> tuple:
-    """(shape, dtype, weak type) of an array leaf, or the type of a Python scalar; a clear error for
-    anything else (non-arrays must be marked static)."""
+    """(shape, dtype, weak type) of an array leaf or Python scalar, the same for its tracer inside
+    jit (optimize's fast path looks signatures up by their tracers); a clear error for anything
+    else (non-arrays must be marked static)."""
     aval = getattr(x, "aval", None)  # fast path: jax arrays and tracers carry their abstract value
     if aval is not None and hasattr(aval, "weak_type"):
         return (aval.shape, aval.dtype, aval.weak_type)
@@ -36,8 +37,12 @@ def leaf_key(x: Any) -> tuple:
                 "of numeric or bool dtypes (mark other values static with static_argnums/static_argnames)"
             ) from e
         return (tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False)))
-    if isinstance(x, bool | int | float | complex):
-        return ("py", type(x).__name__)
+    if isinstance(x, bool | int | float | complex):  # the key its tracer has under jit (weak type)
+        try:
+            aval = compat.get_aval(x)
+        except (OverflowError, TypeError):  # an int past int32/int64: jax.jit's error comes later
+            return ("py", type(x).__name__)
+        return (aval.shape, aval.dtype, aval.weak_type)
     raise InvalidOptionError(
         f"argument leaf {x!r} of type {type(x).__name__} is not an array; valid: jax/numpy arrays and Python "
         "scalars (mark other values static with static_argnums/static_argnames)"

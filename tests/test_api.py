@@ -372,6 +372,33 @@ def test_kept_signatures_called_in_turn_settle_in_state_jit(monkeypatch, python_
     np.testing.assert_allclose(taken(d), jnp.tanh(d) * 2, rtol=1e-6)  # no _BuildOutside escapes
 
 
+@pytest.mark.parametrize("built_outside", [False, True])
+def test_python_scalar_arguments_are_one_signature_inside_and_outside_jit(monkeypatch, built_outside):
+    # a Python scalar's key is its tracer's under jit (weak-typed, canonical dtype): the fast path
+    # finds the signature the call path built. Before, a float argument was built twice and, built
+    # outside the trace (auto on CUDA, hoisting), never found there: a raise and a new jit per call
+    monkeypatch.setattr(api.Optimized, "_build_outside", lambda self: built_outside)
+    made, new_fast = [0], api.Optimized._new_fast
+
+    def counted(self):
+        made[0] += 1
+        return new_fast(self)
+
+    monkeypatch.setattr(api.Optimized, "_new_fast", counted)
+    x = _rand(23, (16, 16))[0]
+    opt = jaxrw.optimize(lambda x, s, n: jnp.tanh(x) * s + n)
+    for _ in range(2):
+        np.testing.assert_allclose(opt(x, 0.5, 3), jnp.tanh(x) * 0.5 + 3, rtol=1e-6)
+    settled = made[0]
+    for _ in range(4):
+        opt(x, 0.5, 3)
+    assert opt.traces == 1 and made[0] == settled and opt._fast_state == "jit"
+    assert opt(x, 0.25, 1).dtype == jnp.float32 and opt.traces == 1  # other values: same signature
+    for _ in range(2):  # an int: another signature (built outside the trace at its second call)
+        np.testing.assert_allclose(opt(x, 1, 1), jnp.tanh(x) + 1, rtol=1e-6)
+    assert opt.traces == 2
+
+
 def test_python_path_only_sends_every_call_through_python(monkeypatch):
     # what schedule="auto" measures to price candidates that need optimize's Python call path:
     # that path splits and flattens the arguments in Python on every call; the fast path does
