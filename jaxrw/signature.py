@@ -38,15 +38,31 @@ def leaf_key(x: Any) -> tuple:
             ) from e
         return (tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False)))
     if isinstance(x, bool | int | float | complex):  # the key its tracer has under jit (weak type)
-        try:
-            aval = compat.get_aval(x)
-        except (OverflowError, TypeError):  # an int past int32/int64: jax.jit's error comes later
-            return ("py", type(x).__name__)
-        return (aval.shape, aval.dtype, aval.weak_type)
+        return _scalar_key(x)
     raise InvalidOptionError(
         f"argument leaf {x!r} of type {type(x).__name__} is not an array; valid: jax/numpy arrays and Python "
         "scalars (mark other values static with static_argnums/static_argnames)"
     )
+
+
+_scalar_keys: dict[tuple[type, bool], tuple] = {}  # (Python type, x64 on) -> its key
+
+
+def _scalar_key(x: bool | int | float | complex) -> tuple:
+    """A Python scalar's key: jax.typeof costs ~1.5 µs a call, so one per type and x64 setting
+    (ints past int32 each as jax decides; jax.jit's own error comes later for those too large)."""
+    if type(x) is int and not -(2**31) <= x < 2**31:
+        try:
+            aval = compat.get_aval(x)
+        except (OverflowError, TypeError):
+            return ("py", "int")
+        return (aval.shape, aval.dtype, aval.weak_type)
+    cached = (type(x), jax.config.jax_enable_x64)
+    key = _scalar_keys.get(cached)
+    if key is None:
+        aval = compat.get_aval(x)
+        key = _scalar_keys[cached] = (aval.shape, aval.dtype, aval.weak_type)
+    return key
 
 
 def spec(x: Any) -> Any:
