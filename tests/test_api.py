@@ -341,12 +341,9 @@ def test_signatures_built_outside_the_trace_keep_jax_cpp_dispatch(monkeypatch, p
     assert python_dispatches[0] == 0
 
 
-def test_kept_signatures_called_in_turn_settle_in_state_jit(monkeypatch, python_dispatches):
-    # with schedule="auto" on CUDA (or hoisting) state "jit" cannot build a signature it meets
-    # (auto times schedules on the call's arrays): it leaves that state and the signature is built
-    # at its next call. Until then no other call may enter state "jit" again, or two signatures
-    # called in turn would leave and enter it, with a compilation, on every call
-    monkeypatch.setattr(api.Optimized, "_build_outside", lambda self: True)
+@pytest.fixture
+def new_fast_calls(monkeypatch):
+    """Counts the fast-path jits optimize makes (`Optimized._new_fast`)."""
     made, new_fast = [0], api.Optimized._new_fast
 
     def counted(self):
@@ -354,16 +351,25 @@ def test_kept_signatures_called_in_turn_settle_in_state_jit(monkeypatch, python_
         return new_fast(self)
 
     monkeypatch.setattr(api.Optimized, "_new_fast", counted)
+    return made
+
+
+def test_kept_signatures_called_in_turn_settle_in_state_jit(monkeypatch, python_dispatches, new_fast_calls):
+    # with schedule="auto" on CUDA (or hoisting) state "jit" cannot build a signature it meets
+    # (auto times schedules on the call's arrays): it leaves that state and the signature is built
+    # at its next call. Until then no other call may enter state "jit" again, or two signatures
+    # called in turn would leave and enter it, with a compilation, on every call
+    monkeypatch.setattr(api.Optimized, "_build_outside", lambda self: True)
     opt = jaxrw.optimize(lambda x: jnp.tanh(x) * 2)
     a, b = _rand(20, (8,), (16,))
     for i in range(6):
         x = (a, b)[i % 2]
         np.testing.assert_allclose(opt(x), jnp.tanh(x) * 2, rtol=1e-6)
     assert opt._fast_state == "jit" and opt.traces == 2 and not opt._unbuilt
-    settled, python_dispatches[0] = made[0], 0
+    settled, python_dispatches[0] = new_fast_calls[0], 0
     for i in range(6):
         opt((a, b)[i % 2])
-    assert made[0] == settled and python_dispatches[0] == 0
+    assert new_fast_calls[0] == settled and python_dispatches[0] == 0
     # a __call__ taken in state "jit" and called after it was left runs the function as written
     taken, c = opt.__call__, _rand(21, (32,))[0]
     np.testing.assert_allclose(opt(c), jnp.tanh(c) * 2, rtol=1e-6)  # unknown: leaves state "jit"
@@ -373,26 +379,21 @@ def test_kept_signatures_called_in_turn_settle_in_state_jit(monkeypatch, python_
 
 
 @pytest.mark.parametrize("built_outside", [False, True])
-def test_python_scalar_arguments_are_one_signature_inside_and_outside_jit(monkeypatch, built_outside):
+def test_python_scalar_arguments_are_one_signature_inside_and_outside_jit(
+    monkeypatch, new_fast_calls, built_outside
+):
     # a Python scalar's key is its tracer's under jit (weak-typed, canonical dtype): the fast path
     # finds the signature the call path built. Before, a float argument was built twice and, built
     # outside the trace (auto on CUDA, hoisting), never found there: a raise and a new jit per call
     monkeypatch.setattr(api.Optimized, "_build_outside", lambda self: built_outside)
-    made, new_fast = [0], api.Optimized._new_fast
-
-    def counted(self):
-        made[0] += 1
-        return new_fast(self)
-
-    monkeypatch.setattr(api.Optimized, "_new_fast", counted)
     x = _rand(23, (16, 16))[0]
     opt = jaxrw.optimize(lambda x, s, n: jnp.tanh(x) * s + n)
     for _ in range(2):
         np.testing.assert_allclose(opt(x, 0.5, 3), jnp.tanh(x) * 0.5 + 3, rtol=1e-6)
-    settled = made[0]
+    settled = new_fast_calls[0]
     for _ in range(4):
         opt(x, 0.5, 3)
-    assert opt.traces == 1 and made[0] == settled and opt._fast_state == "jit"
+    assert opt.traces == 1 and new_fast_calls[0] == settled and opt._fast_state == "jit"
     assert opt(x, 0.25, 1).dtype == jnp.float32 and opt.traces == 1  # other values: same signature
     for _ in range(2):  # an int: another signature (built outside the trace at its second call)
         np.testing.assert_allclose(opt(x, 1, 1), jnp.tanh(x) + 1, rtol=1e-6)
