@@ -61,7 +61,7 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
     variants = {"jax.jit": (jj, [base]), "jaxrw": (rw, [base]), "class slot -> jax.jit": (_slot(jj), [base])}
     if not inst.opt_kwargs.get("hoist_argnums"):  # where the host time of a plain call goes
         variants |= {
-            "jaxrw._jitted": (rw._jitted, [base]),  # jax.jit(fn) itself: state "jit" calls it
+            "jaxrw._jitted": (rw._jitted, [base]),  # jax.jit(fn) itself (fallbacks run it)
             "python frame + jax.jit": (lambda *a: jj(*a), [base]),
         }
     if inst.opt_kwargs.get("hoist_argnums"):

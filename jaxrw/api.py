@@ -180,8 +180,7 @@ class Optimized:
             self._enter_jit()
             try:
                 return self._fast(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001 - as the fast path's failures
-                self._leave_jit()
+            except Exception as e:  # noqa: BLE001 - as the fast path's failures (leaves state "jit")
                 return self._fast_failed(e, args, kwargs)
         if self._fast_state == "on" and _needs_python(entry, self._fast_mode) and not self._adopt_mode(entry):
             self._fast_state = "off"  # its program runs through entry.call, not inlined

@@ -63,29 +63,6 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, _core.Tracer)
 
 
-def _top_level() -> Any:
-    """() -> bool: whether no jit, grad or vmap trace is active. jax's `trace_state_clean` (not
-    exported by jax.core in 0.11 or 0.12) with its two checks inlined: it runs on every call of a
-    kept program (`Optimized.__call__`), where its own frames cost 0.3 us of about 1.5."""
-    try:
-        from jax._src.core import eval_trace, top_axis_env, trace_ctx
-    except ImportError:  # pragma: no cover - moved in some later jax
-        try:
-            from jax._src.core import trace_state_clean
-        except ImportError:
-            return lambda: False  # callers take their general path
-        return trace_state_clean
-
-    def top_level() -> bool:
-        trace = trace_ctx.trace
-        return trace is None or (trace is eval_trace and trace_ctx.axis_env is top_axis_env)
-
-    return top_level
-
-
-top_level = _top_level()
-
-
 def device_kind() -> str:
     """'cuda', 'rocm', 'tpu' or 'cpu' for the default backend."""
     platform = jax.default_backend()

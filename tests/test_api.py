@@ -278,22 +278,6 @@ def test_a_new_signature_after_kept_ones_is_rewritten():
     assert reported._fast_state == "jit" and reported.traces == 1
 
 
-def test_top_level_is_false_inside_every_transformation():
-    # the "jit" state's check for calls that may meet a new signature under a trace
-    from jaxrw import compat
-
-    seen = []
-
-    def probe(x):
-        seen.append(compat.top_level())
-        return x
-
-    jax.jit(probe)(1.0)
-    jax.grad(probe)(1.0)
-    jax.vmap(probe)(jnp.ones(2))
-    assert seen == [False, False, False] and compat.top_level()
-
-
 def test_schedule_option_on_a_machine_without_cuda():
     from jaxrw.schedule import ScheduleUnavailableError
 
