@@ -36,13 +36,13 @@ from .thunky import (
     cuda_available,
     emit,
     lower_to_dialect,
-    python_path_overhead_s,
     schedule_program,
     schedule_selection,
     select,
     select_xla_mode,
     thunky_available,
 )
+from .timing import fast_path_frame_s, python_path_overhead_s
 from .validate import PlanError, ValidationReport, check, simulate, validate
 from .xla_modes import XLA_MODES, TopLevel, jit_mode
 
@@ -74,6 +74,7 @@ __all__ = [
     "apply",
     "schedule_selection",
     "python_path_overhead_s",
+    "fast_path_frame_s",
     "select",
     "select_xla_mode",
     "XLA_MODES",

@@ -18,8 +18,8 @@ import jax
 from .. import compat
 from ..rewrite.profiles import Profile
 from ..signature import spec
-from .thunky import Selection, python_path_overhead_s, select_xla_mode
-from .timing import device_inputs, margin_for
+from .thunky import Selection, select_xla_mode
+from .timing import device_inputs, fast_path_frame_s, margin_for, python_path_overhead_s
 
 __all__ = ["for_program", "for_hoisted", "for_plain_jit"]
 
@@ -66,6 +66,7 @@ def for_program(
         profile,
         memory_slack=memory_slack,
         call_overhead=python_path_overhead_s,
+        mode_overhead=fast_path_frame_s if kept else None,  # kept: XLA's schedule has no Python
         inputs=device_inputs(leaves) if mode == "auto" else None,  # only auto times candidates
         margin=margin_for(kept),
     )
@@ -104,7 +105,10 @@ def for_plain_jit(
     try:
         args = inputs()
         specs = [spec(x) for x in args]
-        return select_xla_mode(fn, specs, memory_slack, inputs=args, margin=margin_for(kept))
+        frame = fast_path_frame_s if kept else None  # kept: XLA's schedule runs with no Python
+        return select_xla_mode(
+            fn, specs, memory_slack, inputs=args, margin=margin_for(kept), mode_overhead=frame
+        )
     except Exception as e:  # noqa: BLE001 - timing is optional: XLA's schedule always works
         log.warning("jaxrw: could not time schedules of %s (%s: %s)", fn, type(e).__name__, e)
         return "xla", f"not timed ({type(e).__name__})"

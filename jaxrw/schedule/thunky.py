@@ -321,6 +321,7 @@ def schedule_selection(
     concurrent_xla: bool = True,
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
+    mode_overhead: Callable[[], float] | None = None,
     inputs: Sequence[Any] | None = None,
     margin: float = MEASURED_MARGIN,
 ) -> Selection:
@@ -336,8 +337,9 @@ def schedule_selection(
     5% more) and 1 MiB (timing.PEAK_ALLOWANCE_BYTES).
     `call_overhead()`: the extra host seconds per call of the path a candidate runs on
     (optimize's Python path; the plain jit takes jax's C++ dispatch), added to the thunky
-    candidate's measured time (XLA's modes keep that dispatch). `inputs`: concrete arguments to
-    time on (optimize passes the call's own); default random ones."""
+    candidate's measured time; `mode_overhead()` the same for XLA's modes (for a program kept as
+    written: the plain jit runs with no Python of jaxrw's, a mode through `Optimized.__call__`).
+    `inputs`: concrete arguments to time on (optimize passes the call's own); default random ones."""
     check_choice("schedule", mode, MODES)
     plain = jax.jit(fn, donate_argnums=tuple(donate))
     if mode == "xla":
@@ -356,26 +358,10 @@ def schedule_selection(
         concurrent_xla=concurrent_xla,
         memory_slack=memory_slack,
         call_overhead=call_overhead,
+        mode_overhead=mode_overhead,
         inputs=inputs,
         margin=margin,
     )
-
-
-@functools.cache
-def python_path_overhead_s() -> float:
-    """Extra host seconds per call of a signature on optimize's Python call path over jax's C++
-    dispatch (which the fast path and jax.jit use), measured once per process on a tiny program.
-    schedule="auto" charges it to candidates that need that path (thunky, XLA's concurrent mode)."""
-    from ..api import optimize
-    from ..rewrite.measure import time_interleaved
-
-    def tiny(x):
-        return x + 1.0
-
-    x = jax.numpy.zeros((8,), jax.numpy.float32)
-    python_path = optimize(tiny, schedule="xla").python_path_only()
-    t = time_interleaved({"jit": jax.jit(tiny), "python": python_path}, [x], samples=5, min_sample_s=0.005)
-    return max(0.0, t["python"].median - t["jit"].median)
 
 
 @dataclass(frozen=True)
@@ -397,6 +383,7 @@ def select(
     concurrent_xla: bool = True,
     memory_slack: float = 0.0,
     call_overhead: Callable[[], float] | None = None,
+    mode_overhead: Callable[[], float] | None = None,
     inputs: Sequence[Any] | None = None,
     margin: float = MEASURED_MARGIN,
 ) -> Selection:
@@ -442,8 +429,7 @@ def select(
         flat_specs,
         memory_slack,
         launch,
-        call_overhead=call_overhead,
-        charged=("thunky",),
+        overhead=_overheads(call_overhead, mode_overhead),
         inputs=inputs,
         margin=margin,
     )
@@ -456,16 +442,30 @@ def select_xla_mode(
     memory_slack: float = 0.0,
     inputs: Sequence[Any] | None = None,
     margin: float = MEASURED_MARGIN,
+    mode_overhead: Callable[[], float] | None = None,
 ) -> tuple[str, str]:
     """(mode, why) for a program that must stay a plain jit (a hoisted signature's main program):
     "xla" or the XLA command-buffer mode measured fastest on this CUDA device, timed on `inputs`
-    (default random ones)."""
+    (default random ones); `mode_overhead` as in `schedule_selection`."""
     if not cuda_available():
         return "xla", "no CUDA device"
     trial = {mode: jit_mode(fn, mode) for mode in XLA_MODES}
     closed = jax.make_jaxpr(fn)(*flat_specs)
     launch = launch_s(build_program(closed, default_profile(compat.device_kind())))
-    return _measured(fn, trial, flat_specs, memory_slack, launch, inputs=inputs, margin=margin)
+    overhead = _overheads(None, mode_overhead)
+    return _measured(
+        fn, trial, flat_specs, memory_slack, launch, overhead=overhead, inputs=inputs, margin=margin
+    )
+
+
+def _overheads(
+    call_overhead: Callable[[], float] | None, mode_overhead: Callable[[], float] | None
+) -> dict[str, Callable[[], float]]:
+    """pick_fastest's `overhead`: the call path's cost per candidate that pays one."""
+    paid = {} if call_overhead is None else {"thunky": call_overhead}
+    if mode_overhead is not None:
+        paid.update(dict.fromkeys(XLA_MODES, mode_overhead))
+    return paid
 
 
 def _measured(

@@ -4,11 +4,12 @@ its margin."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..rewrite.measure import measure, round_ratios
+from ..rewrite.measure import measure, round_ratios, time_interleaved
 from ..rewrite.measure import time_calls as time_call  # a name of its own: tests stand in for it
 from .plan import ScheduleError
 
@@ -30,6 +31,8 @@ __all__ = [
     "MEASURED_MARGIN",
     "KEPT_MARGIN",
     "margin_for",
+    "python_path_overhead_s",
+    "fast_path_frame_s",
     "SAMPLE_S",
     "COMPILE_LIMIT_S",
     "PEAK_ALLOWANCE_BYTES",
@@ -50,6 +53,45 @@ KEPT_MARGIN = 0.10
 def margin_for(kept: bool) -> float:
     """The gain a schedule must measure to be taken: KEPT_MARGIN for a program kept as written."""
     return KEPT_MARGIN if kept else MEASURED_MARGIN
+
+
+def _tiny(x: Any) -> Any:
+    return x + 1.0
+
+
+def _extra_host_s(variants: dict[str, Callable], x: Any) -> float:
+    """Seconds per call "path" takes over "base" (jax's C++ dispatch), timed interleaved."""
+    t = time_interleaved(variants, [x], samples=5, min_sample_s=0.005)
+    return max(0.0, t["path"].median - t["base"].median)
+
+
+@functools.cache
+def python_path_overhead_s() -> float:
+    """Extra host seconds per call of a signature on optimize's Python call path over jax's C++
+    dispatch (which the fast path and jax.jit use), measured once per process on a tiny program.
+    schedule="auto" charges it to candidates that need that path (thunky)."""
+    from ..api import optimize
+
+    x = jnp.zeros((8,), jnp.float32)
+    python_path = optimize(_tiny, schedule="xla").python_path_only()
+    return _extra_host_s({"base": jax.jit(_tiny), "path": python_path}, x)
+
+
+@functools.cache
+def fast_path_frame_s() -> float:
+    """Extra host seconds per call of `Optimized.__call__` (the fast path's Python frame) over the
+    call with no Python of jaxrw's (state "jit": the class's `__call__` is the jit), measured once
+    per process on a tiny program. A program kept as written runs with no Python unless auto picks
+    an XLA mode for it, so auto charges this to those modes (on the H200 picks for kept programs
+    measured 1.14-1.39x when built ran 0.97-1.07x: bench/README.md, eleventh lease)."""
+    from ..api import Optimized, optimize
+
+    x = jnp.zeros((8,), jnp.float32)
+    kept = optimize(_tiny, schedule="xla")
+    kept(x)  # nothing to rewrite: state "jit"
+    if kept._fast_state != "jit":
+        return python_path_overhead_s()
+    return _extra_host_s({"base": kept, "path": functools.partial(Optimized.__call__, kept)}, x)
 
 
 # XLA's modes are not compiled for a program whose own first call (compilation) took longer than
@@ -134,8 +176,7 @@ def pick_fastest(
     name: str,
     rounds: int = 9,
     memory_slack: float = 0.0,
-    call_overhead: Callable[[], float] | None = None,
-    charged: Sequence[str] | None = None,
+    overhead: Mapping[str, Callable[[], float]] | None = None,
     notes: list[str] | None = None,
     launch_s: float | None = None,
     launch_bound: Sequence[str] = (),
@@ -146,10 +187,10 @@ def pick_fastest(
     `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's) and its speedup, or None.
 
     Timed interleaved as the benchmarks time (rewrite.measure) and judged round by round: the
-    median round must show the margin, and three rounds of four a gain. Each candidate also pays
-    `call_overhead()` seconds per call: the host time of the call path it needs and `base` does
-    not (a 3% faster program is no gain when each call costs ~10 µs more to issue); `charged`
-    names the candidates that pay it (default: all). `notes` collects what each candidate
+    median round must show the margin, and three rounds of four a gain. A candidate named in
+    `overhead` also pays `overhead[name]()` seconds per call: the host time of the call path it
+    needs and `base` does not (a 3% faster program is no gain when each call costs ~10 µs more to
+    issue). `notes` collects what each candidate
     measured ("xla-graphs 0.99x"), or why it was refused ("xla-concurrent +12.0% peak memory").
     Candidates in `launch_bound` can only save kernel-launch time, at most `launch_s` a call: they
     are not compiled when that is under the margin of base's measured time, nor when base's first
@@ -203,8 +244,8 @@ def pick_fastest(
     # 1.03-1.04x that ran 0.96x in the H200 bench (run r)
     variants = {"xla": (base, tuple(args)), **{k: (f, tuple(args)) for k, f in ok.items()}}
     timed = measure(variants, repeats=rounds, sample_s=SAMPLE_S, max_calls=2000, warmup=1)
-    extra = call_overhead() if call_overhead is not None else 0.0
-    paid = {k: extra if charged is None or k in charged else 0.0 for k in ok}
+    overhead = overhead or {}
+    paid = {k: overhead[k]() if k in overhead else 0.0 for k in ok}
     base_samples = timed["xla"].samples
     # per round, base's time over the candidate's (call path included): a change of clock or load
     # between rounds moves both alike (rewrite.measure.paired_ratio)
@@ -212,9 +253,8 @@ def pick_fastest(
     gain = {k: statistics.median(r) for k, r in rounds_x.items()}
     best = max(ok, key=gain.__getitem__)
     log.info(
-        "jaxrw: %s measured (µs, candidates with %.1f µs of call path): xla %.1f, %s",
+        "jaxrw: %s measured (µs, candidates with their call path's): xla %.1f, %s",
         name,
-        extra * 1e6,
         timed["xla"].median * 1e6,
         ", ".join(f"{k} {(timed[k].median + paid[k]) * 1e6:.1f}" for k in ok),
     )

@@ -454,19 +454,22 @@ def test_auto_charges_candidates_the_call_path_they_need(monkeypatch):
     monkeypatch.setattr(sched_timing, "peak_bytes", lambda f, args: 100)
     _fake_seconds(monkeypatch, lambda f: 0.9e-5 if f is fast else 1.0e-5)
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
-    picked = sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 0.0)
+    trial = {"xla-concurrent": fast}
+    picked = sched_timing.pick_fastest(base, trial, specs, "f", overhead={"xla-concurrent": lambda: 0.0})
     assert picked is not None and picked[0] == "xla-concurrent"
     assert (
-        sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", call_overhead=lambda: 2e-6)
-        is None
+        sched_timing.pick_fastest(base, trial, specs, "f", overhead={"xla-concurrent": lambda: 2e-6}) is None
     )
+    assert sched_timing.pick_fastest(base, trial, specs, "f", overhead={"thunky": lambda: 2e-6}) is not None
 
 
-def test_the_python_call_path_overhead_is_measured_once():
-    from jaxrw.schedule import python_path_overhead_s
+@pytest.mark.parametrize("name", ["python_path_overhead_s", "fast_path_frame_s"])
+def test_the_call_path_overheads_are_measured_once(name):
+    import jaxrw.schedule
 
-    first = python_path_overhead_s()
-    assert first >= 0.0 and python_path_overhead_s() == first  # cached for the process
+    measure = getattr(jaxrw.schedule, name)
+    first = measure()
+    assert first >= 0.0 and measure() == first  # cached for the process
 
 
 def test_auto_times_candidates_on_the_calls_own_arrays(monkeypatch):

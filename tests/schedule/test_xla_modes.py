@@ -62,16 +62,36 @@ def test_auto_times_every_xla_mode_and_charges_the_python_path_to_thunky_only(mo
     seen = {}
 
     def pick(base, trial, specs, name, **kw):
-        seen.update(trial=sorted(trial), charged=kw.get("charged"))
+        seen.update(trial=sorted(trial), charged=sorted(kw.get("overhead") or {}))
         return "xla-graphs", 1.2
 
     monkeypatch.setattr(sched_thunky, "pick_fastest", pick)
     x, w = _args()
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, w)]
-    sel = sched_thunky.select(_chain, specs)
-    assert seen == {"trial": sorted(XLA_MODES), "charged": ("thunky",)}
+    sel = sched_thunky.select(_chain, specs, call_overhead=lambda: 1e-6)
+    assert seen == {"trial": sorted(XLA_MODES), "charged": ["thunky"]}
     assert sel.choice == "xla-graphs" and sel.reason == "measured 1.20x"
     np.testing.assert_allclose(sel.fn(x, w), _chain(x, w), rtol=1e-6)
+    sched_thunky.select(_chain, specs, call_overhead=lambda: 1e-6, mode_overhead=lambda: 1e-6)
+    assert seen["charged"] == sorted(["thunky", *XLA_MODES])
+
+
+def test_auto_charges_xla_modes_the_python_frame_only_for_programs_kept_as_written(monkeypatch):
+    # a kept program runs with no Python of jaxrw's under XLA's schedule (state "jit"), and through
+    # Optimized.__call__ under a mode: the modes pay that frame; a rewritten program pays it anyway
+    seen = []
+
+    def selection(mode, fn, specs, donate, profile, **kw):
+        seen.append(kw["mode_overhead"])
+        return sched_thunky.Selection("xla", jax.jit(fn), "stand-in")
+
+    monkeypatch.setattr(jaxrw.schedule, "schedule_selection", selection)
+    monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
+    x, w = _args()
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, w)]
+    for kept in (True, False):
+        choice.for_program("auto", _chain, specs, [x, w], (), None, 0.0, kept=kept)
+    assert seen == [timing.fast_path_frame_s, None]
 
 
 def test_select_xla_mode_times_for_real_and_answers_a_mode(monkeypatch):
@@ -171,12 +191,13 @@ def test_a_handed_off_signature_runs_jax_jits_program_under_the_mode_measured_fo
     # parameters new on every call (a training loop outside jit): after the hand-off the signature
     # runs jax.jit's program, through the fast path's jit compiled under the mode auto measured
     monkeypatch.setattr(jaxrw.schedule, "cuda_available", lambda: True)
-    timed, given, margins = [], [], []
+    timed, given, margins, frames = [], [], [], []
 
-    def select(fn, specs, slack=0.0, inputs=None, margin=None):
+    def select(fn, specs, slack=0.0, inputs=None, margin=None, mode_overhead=None):
         timed.append(len(specs))
         given.append(inputs)
         margins.append(margin)
+        frames.append(mode_overhead)
         return "xla-concurrent", "test"
 
     monkeypatch.setattr(choice, "select_xla_mode", select)
@@ -195,6 +216,7 @@ def test_a_handed_off_signature_runs_jax_jits_program_under_the_mode_measured_fo
     # jax.jit's program handed off is the program as written: the alternative to a mode is jax.jit's
     # own executable, so a mode must clear the larger margin
     assert margins == [timing.MEASURED_MARGIN, timing.KEPT_MARGIN]
+    assert frames == [None, timing.fast_path_frame_s]  # and pay the frame XLA's schedule does not
     # timed on the calls' own arrays (nothing drawn at random): the first call's x and its A@B,
     # then the handing-off call's A, B and x themselves
     assert given[0][0] is x
