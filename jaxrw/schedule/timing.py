@@ -82,8 +82,8 @@ def fast_path_frame_s() -> float:
     """Extra host seconds per call of `Optimized.__call__` (the fast path's Python frame) over the
     call with no Python of jaxrw's (state "jit": the class's `__call__` is the jit), measured once
     per process on a tiny program. A program kept as written runs with no Python unless auto picks
-    an XLA mode for it, so auto charges this to those modes (on the H200 picks for kept programs
-    measured 1.14-1.39x when built ran 0.97-1.07x: bench/README.md, eleventh lease)."""
+    an XLA mode for it, so auto charges this to those modes (on the H200 host: 1.67 µs; picks for
+    kept programs measured 1.12-1.49x when built ran 0.97-1.07x: bench/README.md, eleventh lease)."""
     from ..api import Optimized, optimize
 
     x = jnp.zeros((8,), jnp.float32)
