@@ -8,9 +8,10 @@ with no Python frame (`_slot`, as optimize() calls a kept program: state "jit").
 not hoisted also jax.jit(fn) through optimize's `_jitted` and through one Python frame. For hoisting
 cases also jaxrw with new parameters on every call (three sets in turn, on an instance first
 called with other weights, as a training loop), jaxrw's direct jax.jit for the latter, and the
-bound function. `issue_us` is the host time per call with nothing waited for (while the device
-queue has room), `total_us` the time per call including the wait at the end: a variant whose
-issue time is close to its total time is bound by the host (Python and dispatch), not the GPU.
+bound function, called directly and through one Python frame. `issue_us` is the host time per
+call with nothing waited for (while the device queue has room), `total_us` the time per call
+including the wait at the end: a variant whose issue time is close to its total time is bound by
+the host (Python and dispatch), not the GPU.
 """
 
 from __future__ import annotations
@@ -67,8 +68,12 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
     if inst.opt_kwargs.get("hoist_argnums"):
         trainer = optimize(inst.fn, **inst.opt_kwargs)  # a training loop: step-0 weights, then new
         jax.block_until_ready(trainer(*inst.args(6)))
+        bound = rw.bind(*base)
         variants |= {
-            "jaxrw:bind": (rw.bind(*base), [base[1:]]),
+            "jaxrw:bind": (bound, [base[1:]]),
+            # what one Python frame costs between real dispatches on this host: the hot path's
+            # Python is this plus its identity check of every hoisted leaf
+            "python frame + bind": (lambda *a: bound(*a), [base[1:]]),
             "jax.jit:new-args": (jj, new),
             "class slot -> jax.jit:new-args": (_slot(jj), new),
             "jaxrw:new-args": (trainer, new),
