@@ -489,7 +489,7 @@ class Optimized:
             report.schedule = f"{mode}: {why}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
         else:
-            as_written = not report.rewritten  # kept: a schedule must clear KEPT_MARGIN
+            as_written = not report.rewritten  # kept: a schedule must beat timing.kept_terms
             fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
             try:
                 chosen, why = choice.for_program(

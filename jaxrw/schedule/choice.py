@@ -19,7 +19,7 @@ from .. import compat
 from ..rewrite.profiles import Profile
 from ..signature import spec
 from .thunky import Selection, select_xla_mode
-from .timing import device_inputs, fast_path_frame_s, margin_for, python_path_overhead_s
+from .timing import device_inputs, kept_terms, python_path_overhead_s
 
 __all__ = ["for_program", "for_hoisted", "for_plain_jit"]
 
@@ -53,7 +53,7 @@ def for_program(
     kept: bool = False,
 ) -> tuple[Selection, str]:
     """(auto's or the asked-for selection, why when auto could not time). `kept`: `fn` is the
-    program as written (not rewritten), so a candidate needs timing.KEPT_MARGIN. Raises what
+    program as written (not rewritten): a candidate must beat timing.kept_terms. Raises what
     schedule_selection raises (ScheduleUnavailableError for "streams" where it cannot run)."""
     why = _untimed(mode, leaves)
     if why:
@@ -66,9 +66,8 @@ def for_program(
         profile,
         memory_slack=memory_slack,
         call_overhead=python_path_overhead_s,
-        mode_overhead=fast_path_frame_s if kept else None,  # kept: XLA's schedule has no Python
         inputs=device_inputs(leaves) if mode == "auto" else None,  # only auto times candidates
-        margin=margin_for(kept),
+        **kept_terms(kept),
     )
     return chosen, why
 
@@ -97,7 +96,7 @@ def for_plain_jit(
 ) -> tuple[str, str]:
     """(XLA mode, why) for a program that stays a plain jit: a hoisted main program, or jax.jit's
     program of a hoisted signature handed off (its parameters new on every call; `kept`: a mode
-    needs timing.KEPT_MARGIN). `inputs()` gives concrete arguments to time it on; `leaves` are the
+    must beat timing.kept_terms). `inputs()` gives concrete arguments to time it on; `leaves` are the
     call's, to see whether it runs under a trace."""
     why = _untimed(mode, leaves) if mode == "auto" else "asked for"
     if why:
@@ -105,10 +104,7 @@ def for_plain_jit(
     try:
         args = inputs()
         specs = [spec(x) for x in args]
-        frame = fast_path_frame_s if kept else None  # kept: XLA's schedule runs with no Python
-        return select_xla_mode(
-            fn, specs, memory_slack, inputs=args, margin=margin_for(kept), mode_overhead=frame
-        )
+        return select_xla_mode(fn, specs, memory_slack, inputs=args, **kept_terms(kept))
     except Exception as e:  # noqa: BLE001 - timing is optional: XLA's schedule always works
         log.warning("jaxrw: could not time schedules of %s (%s: %s)", fn, type(e).__name__, e)
         return "xla", f"not timed ({type(e).__name__})"

@@ -30,7 +30,7 @@ __all__ = [
     "peak_bytes",
     "MEASURED_MARGIN",
     "KEPT_MARGIN",
-    "margin_for",
+    "kept_terms",
     "python_path_overhead_s",
     "fast_path_frame_s",
     "SAMPLE_S",
@@ -48,11 +48,6 @@ MEASURED_MARGIN = 0.05
 # eighth lease, kept programs' picks measured 1.05-1.09x when built ran 0.93-1.09x in the bench
 # (mean 1.02x), those measured 1.15-1.27x ran 1.04-1.53x (bench/README.md)
 KEPT_MARGIN = 0.10
-
-
-def margin_for(kept: bool) -> float:
-    """The gain a schedule must measure to be taken: KEPT_MARGIN for a program kept as written."""
-    return KEPT_MARGIN if kept else MEASURED_MARGIN
 
 
 def _tiny(x: Any) -> Any:
@@ -92,6 +87,16 @@ def fast_path_frame_s() -> float:
     if kept._fast_state != "jit":
         return python_path_overhead_s()
     return _extra_host_s({"base": kept, "path": functools.partial(Optimized.__call__, kept)}, x)
+
+
+def kept_terms(kept: bool) -> dict[str, Any]:
+    """What a schedule must beat to be taken, as keyword arguments of schedule_selection and
+    select_xla_mode: for a program kept as written KEPT_MARGIN, and modes pay the Python frame
+    they add to its calls (XLA's schedule runs it with no Python of jaxrw's); else MEASURED_MARGIN."""
+    return {
+        "margin": KEPT_MARGIN if kept else MEASURED_MARGIN,
+        "mode_overhead": fast_path_frame_s if kept else None,
+    }
 
 
 # XLA's modes are not compiled for a program whose own first call (compilation) took longer than
