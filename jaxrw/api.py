@@ -383,9 +383,11 @@ class Optimized:
         self._unbuilt.clear()
         self._hot.clear()
         self._hot_path, self._hot_path_off = None, False
-        self._leave_jit()  # every signature is built again, through the fast path
         self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
-        self._fast = self._new_fast()
+        if self._fast_state == "jit":
+            self._leave_jit()  # every signature is built again, through the fast path (a new `_fast`)
+        else:
+            self._fast = self._new_fast()
 
     # -- internals --------------------------------------------------------------------------
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
