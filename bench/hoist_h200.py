@@ -47,7 +47,7 @@ _next: dict[int, int] = {}  # per function: where its rotation continues
 
 def _slot(jitted):
     """An instance whose class's `__call__` is `jitted` itself: called like optimize()'s object,
-    with no Python frame on the way (what a no-Python call in state "jit" would cost)."""
+    with no Python frame on the way, as optimize() calls a program kept as written (state "jit")."""
     return type("SlotCall", (), {"__call__": staticmethod(jitted)})()
 
 
