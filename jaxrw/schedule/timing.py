@@ -192,7 +192,8 @@ def pick_fastest(
     `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's) and its speedup, or None.
 
     Timed interleaved as the benchmarks time (rewrite.measure) and judged round by round: the
-    median round must show the margin, and three rounds of four a gain. A candidate named in
+    median round must show the margin, and three rounds of four a gain, in each of two separate
+    timings (the second of base and the pick alone; the lower gain is returned). A candidate named in
     `overhead` also pays `overhead[name]()` seconds per call: the host time of the call path it
     needs and `base` does not (a 3% faster program is no gain when each call costs ~10 µs more to
     issue). `notes` collects what each candidate
@@ -251,22 +252,41 @@ def pick_fastest(
     timed = measure(variants, repeats=rounds, sample_s=SAMPLE_S, max_calls=2000, warmup=1)
     overhead = overhead or {}
     paid = {k: overhead[k]() if k in overhead else 0.0 for k in ok}
-    base_samples = timed["xla"].samples
-    # per round, base's time over the candidate's (call path included): a change of clock or load
-    # between rounds moves both alike (rewrite.measure.paired_ratio)
-    rounds_x = {k: round_ratios(base_samples, [c + paid[k] for c in timed[k].samples]) for k in ok}
-    gain = {k: statistics.median(r) for k, r in rounds_x.items()}
-    best = max(ok, key=gain.__getitem__)
+    judged = {k: _judge(timed, k, paid[k]) for k in ok}
+    best = max(ok, key=lambda k: judged[k][0])
     log.info(
         "jaxrw: %s measured (µs, candidates with their call path's): xla %.1f, %s",
         name,
         timed["xla"].median * 1e6,
         ", ".join(f"{k} {(timed[k].median + paid[k]) * 1e6:.1f}" for k in ok),
     )
-    notes.extend(f"{k} {gain[k]:.2f}x" for k in ok)
-    # kept only when faster by the margin in the median round and faster at all in three rounds of
-    # four: a pick measured 1.09-1.13x by medians ran 0.91-0.93x in the H200 bench (run s/t)
-    steady = sorted(rounds_x[best])[len(rounds_x[best]) // 4] > 1.0
-    if gain[best] < 1 / (1 - margin) or not steady:
+    notes.extend(f"{k} {judged[k][0]:.2f}x" for k in ok)
+    need = 1 / (1 - margin)
+    gain, steady = judged[best]
+    if gain < need or not steady:
         return None
-    return best, gain[best]
+    # a second, separate timing must agree: on the H200 host picks measured 1.12-1.49x when built
+    # ran 0.97-1.07x (bench/README.md, eleventh lease), so one timing is not taken on its own word
+    again = measure(
+        {"xla": variants["xla"], best: variants[best]},
+        repeats=rounds,
+        sample_s=SAMPLE_S,
+        max_calls=2000,
+        warmup=1,
+    )
+    gain2, steady2 = _judge(again, best, paid[best])
+    notes.append(f"{best} again {gain2:.2f}x")
+    if gain2 < need or not steady2:
+        return None
+    return best, min(gain, gain2)
+
+
+def _judge(timed: Mapping[str, Any], name: str, paid: float) -> tuple[float, bool]:
+    """(median over rounds of base's time over candidate `name`'s, call path `paid` included;
+    whether it was faster at all in three rounds of four). Round by round: a change of clock or
+    load between rounds moves both alike (rewrite.measure.paired_ratio). A pick measured
+    1.09-1.13x by medians, and not steady, ran 0.91-0.93x in the H200 bench (run s/t)."""
+    ratios = round_ratios(timed["xla"].samples, [c + paid for c in timed[name].samples])
+    if not ratios:
+        return 0.0, False
+    return statistics.median(ratios), sorted(ratios)[len(ratios) // 4] > 1.0

@@ -295,7 +295,7 @@ def test_auto_takes_a_faster_schedule_over_the_memory_bound_only_with_slack(monk
     notes: list[str] = []
     peaks["fast"] = 100 * mib + 7408
     picked = sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", notes=notes)
-    assert picked is not None and notes == ["xla-concurrent 2.00x"]
+    assert picked is not None and notes == ["xla-concurrent 2.00x", "xla-concurrent again 2.00x"]
     peaks["fast"] = 100 * mib + sched_timing.PEAK_ALLOWANCE_BYTES + 1
     notes.clear()
     assert sched_timing.pick_fastest(base, {"xla-concurrent": fast}, specs, "f", notes=notes) is None
@@ -493,4 +493,5 @@ def test_auto_times_candidates_on_the_calls_own_arrays(monkeypatch):
     specs = [jax.ShapeDtypeStruct((4,), np.float32), jax.ShapeDtypeStruct((), np.float32)]
     trial = {"xla-graphs": jax.jit(lambda x, s: x * s)}
     sched_timing.pick_fastest(jax.jit(lambda x, s: x * s), trial, specs, "f", inputs=args)
-    assert len(timed_on) == 2 and all(a[0] is x and a[1] is args[1] for a in timed_on)
+    # base and the candidate; base and a pick once more if one was made (noise here)
+    assert len(timed_on) in (2, 4) and all(a[0] is x and a[1] is args[1] for a in timed_on)
