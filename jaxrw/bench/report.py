@@ -73,14 +73,14 @@ def in_jit_speedup(rec: dict) -> float | None:
     return 1.0 if same_program(rec) else rec.get("speedup_in_jit")
 
 
-def paired_speedup(rec: dict, name: str = "jaxrw") -> float | None:
-    """jax.jit's time over `name`'s, as the median over rounds of their ratio within a round
+def paired_speedup(rec: dict, name: str = "jaxrw", base: str = "jax.jit") -> float | None:
+    """`base`'s time over `name`'s, as the median over rounds of their ratio within a round
     (`measure.paired_ratio`; robust to a change of clock or load between rounds), from the samples
     in the record, so it can be computed for results recorded before it was reported."""
     v = rec.get("variants") or {}
-    if "jax.jit" not in v or name not in v:
+    if base not in v or name not in v:
         return None
-    r = paired_ratio(v["jax.jit"].get("samples_s") or [], v[name].get("samples_s") or [])
+    r = paired_ratio(v[base].get("samples_s") or [], v[name].get("samples_s") or [])
     return r if math.isfinite(r) else None
 
 
@@ -123,7 +123,11 @@ def case_notes(rec: dict) -> str:
     if rec.get("second_jit"):
         parts.append(f"a second jax.jit: {rec['second_jit']:.2f}x")
     if rec.get("speedup_new_args"):
-        parts.append(f"new weights every call: {rec['speedup_new_args']:.2f}x")
+        by_round = paired_speedup(rec, "jaxrw:new-args", "jax.jit:new-args")
+        parts.append(
+            f"new weights every call: {rec['speedup_new_args']:.2f}x"
+            + (f" ({by_round:.2f}x by round)" if by_round else "")
+        )
     tune = rep.get("autotune")
     if isinstance(tune, dict) and tune.get("winner"):
         parts.append(f"autotune: {tune['winner']}" + (" (cached)" if tune.get("cached") else ""))

@@ -282,6 +282,7 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
     rec["hand_speedup"] = base / v["hand"]["median_s"] if "hand" in v else None
     if "jaxrw:new-args" in v:
         rec["speedup_new_args"] = v["jax.jit:new-args"]["median_s"] / v["jaxrw:new-args"]["median_s"]
+        rec["speedup_new_args_paired"] = paired_speedup(rec, "jaxrw:new-args", "jax.jit:new-args")
     if "jaxrw:bind" in v:
         rec["speedup_bind"] = base / v["jaxrw:bind"]["median_s"]
     if "jax.jit#2" in v:
