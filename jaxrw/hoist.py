@@ -278,6 +278,9 @@ class HotPath:
         # calls inside another jit's trace, its plain twin (`nested`)
         self.call, self.nested = without_frame(self.layout.main_jit(opt, entry, key, NotHot))
         self.snapshot: tuple | None = None  # of the hoisted arguments the values belong to
+        # the snapshot of the first argument alone, when it is the only hoisted one (the usual
+        # layout: `_quick` checks it without building the list of hoisted arguments)
+        self.lead: tuple | None = None
         self.passed: list[weakref.ref] = []  # the hoisted leaves the main program reads
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
@@ -289,18 +292,32 @@ class HotPath:
         self.h_ids = self.h.ids
         self.snapshot = snapshot(hoisted) if usable else None  # None unless all leaves are jax arrays
         self.passed = [weakref.ref(leaves[j]) for j in self.layout.passed] if self.snapshot else []
+        one = self.snapshot is not None and self.layout.prefix == 1
+        self.lead = snapshot(hoisted[0]) if one else None
 
     def __call__(self, opt: Any, args: tuple, kwargs: dict) -> Any:
         """The result, or MISS; NotHot when the jit meets another signature."""
+        h, lead = self.h, self.lead
+        if (
+            lead is not None
+            and args
+            and h.ids is self.h_ids
+            and h.values is not None
+            and unchanged(args[0], lead)
+        ):
+            # the usual layout (the parameters alone, first) with the very objects of the refresh:
+            # about a third less Python than the general check below (bench/README.md, twelfth lease)
+            h.seen, h.streak = self.ids, 0
+            passed = tuple(map(operator.call, self.passed)) if self.passed else ()  # alive: args hold them
+            return self._run(h.values, passed, args[1:], kwargs)
         lay = self.layout
         if self.ids is None:  # never refreshed with a usable layout: the full call path
             return MISS
         hoisted = lay.hoisted_args(args, kwargs)
-        h = self.h
         cached = h.ids is self.h_ids and h.values is not None
         if cached and self.snapshot is not None and unchanged(hoisted, self.snapshot):
             # the same objects as at refresh: no flattening (a dict's flatten sorts its keys)
-            passed = tuple(ref() for ref in self.passed)  # alive: `hoisted` holds them
+            passed = tuple(map(operator.call, self.passed))  # alive: `hoisted` holds them
         else:
             slow, tree = jax.tree_util.tree_flatten(hoisted)
             ids = tuple(map(id, slow))
@@ -312,12 +329,16 @@ class HotPath:
             passed = lay.pick_passed(slow)
         h.seen, h.streak = self.ids, 0
         fast, fast_kw = lay.fast(args, kwargs)
+        return self._run(h.values, passed, fast, fast_kw)
+
+    def _run(self, values: list, passed: tuple, fast: tuple, fast_kw: dict) -> Any:
+        """The main program's jit on the cached values and the call's other arguments."""
         try:
-            return self.call(h.values, passed, *fast, **fast_kw)
+            return self.call(values, passed, *fast, **fast_kw)
         except ValueError as e:  # inside another jit's trace: no compiler options there
             if self.nested is None or not is_nested_options_error(e):
                 raise
-            return self.nested(h.values, passed, *fast, **fast_kw)
+            return self.nested(values, passed, *fast, **fast_kw)
 
 
 def bind(opt: Any, args: tuple, kwargs: dict) -> Any:

@@ -492,3 +492,37 @@ def test_the_hot_path_with_nested_parameters_follows_in_place_dict_changes():
         np.testing.assert_allclose(opt(p, x), g(p, x), rtol=1e-4, atol=1e-5)
     p["bias"] = p["bias"] + 1.0  # a leaf the main program reads itself
     np.testing.assert_allclose(opt(p, x), g(p, x), rtol=1e-4, atol=1e-5)
+
+
+def test_the_quick_check_of_the_parameters_alone_first():
+    # hoist_argnums=0 and nothing else hoisted: the hot path checks args[0] itself (`lead`)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    p, x = _params(97), _x(98)
+    for i in range(3):
+        np.testing.assert_allclose(opt(p, x + i), f(p, x + i), rtol=1e-4, atol=1e-5)
+    hot, call = opt._hot_path, next(iter(opt._cache.values())).call
+    assert hot is not None and hot.lead is not None and call.prologue_runs == 1
+    # another dict holding the very same arrays: the same prologue inputs, nothing recomputed
+    np.testing.assert_allclose(opt(dict(p), x), f(p, x), rtol=1e-4, atol=1e-5)
+    assert call.prologue_runs == 1
+    # by keyword, the quick check does not apply; the general one serves the call
+    np.testing.assert_allclose(opt(params=p, x=x), f(p, x), rtol=1e-4, atol=1e-5)
+    # one array replaced: the quick check fails, and the prologue runs for the new arrays
+    q = {**p, "B": p["B"] * 3.0}
+    for _ in range(2):
+        np.testing.assert_allclose(opt(q, x), f(q, x), rtol=1e-4, atol=1e-5)
+    assert call.prologue_runs == 2
+
+
+def test_the_quick_check_is_off_where_the_parameters_are_not_first():
+    def g(x, params):
+        return f(params, x)
+
+    opt = jaxrw.optimize(g, hoist_argnums=1)
+    p, x = _params(99), _x(100)
+    for i in range(3):
+        np.testing.assert_allclose(opt(x + i, p), g(x + i, p), rtol=1e-4, atol=1e-5)
+    assert opt._hot_path is not None and opt._hot_path.lead is None
+    q = {**p, "A": p["A"] + 1.0}
+    for _ in range(2):
+        np.testing.assert_allclose(opt(x, q), g(x, q), rtol=1e-4, atol=1e-5)
