@@ -1,9 +1,12 @@
 """Print a markdown summary of one or more `jaxrw bench --json` results (for bench/README.md).
 
     python -m jaxrw.bench.summarize bench/results/h200-f32.json bench/results/h200-bf16.json
+    python -m jaxrw.bench.summarize bench/results/*-float32.json --plot out/   # and their plots
 
 One table per input file (its environment in a line above it), a geometric-mean row per suite,
 and then the cases where jaxrw was slower than jax.jit, errors and untimed cases, so none hides.
+`--plot DIR` also draws each file's plot (`report.plot`, as `jaxrw bench --plot` does) into
+DIR/<file name>.png: the recorded JSON is enough to redraw any run's figure.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from .report import (
     fmt_time,
     fmt_x,
     paired_speedup,
+    plot,
     rules_summary,
     same_program,
     stop_summary,
@@ -134,6 +138,7 @@ def optimization_table(result: dict, suites: tuple[str, ...] = ("models",)) -> s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.summarize", description=__doc__.splitlines()[0])
     ap.add_argument("json", nargs="+", help="result files written by `jaxrw bench --json`")
+    ap.add_argument("--plot", metavar="DIR", help="also write each file's plot as DIR/<name>.png")
     args = ap.parse_args(argv)
     for i, path in enumerate(args.json):
         try:
@@ -143,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as e:
             print(f"summarize: error: cannot read {path!r} as a jaxrw bench result: {e}", file=sys.stderr)
             return 2
+        if args.plot:
+            Path(args.plot).mkdir(parents=True, exist_ok=True)
+            plot(result, str(Path(args.plot) / f"{Path(path).stem}.png"))
         if i:
             print()
         print(markdown(result))

@@ -68,6 +68,13 @@ def test_summarize_prints_markdown(bench_run, capsys):
     assert "| algebra | chain_mv |" in text and "**geomean**" in text and "Slower than jax.jit" in text
 
 
+def test_summarize_redraws_the_plot_from_the_json(bench_run, tmp_path, capsys):
+    _, js, _ = bench_run
+    assert summarize.main([str(js), "--plot", str(tmp_path / "plots")]) == 0
+    assert (tmp_path / "plots" / "res.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| algebra | chain_mv |" in capsys.readouterr().out
+
+
 def test_summarize_rejects_other_json(tmp_path, capsys):
     bad = tmp_path / "x.json"
     bad.write_text("{}")
