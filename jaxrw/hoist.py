@@ -279,7 +279,7 @@ class HotPath:
         self.call, self.nested = without_frame(self.layout.main_jit(opt, entry, key, NotHot))
         self.snapshot: tuple | None = None  # of the hoisted arguments the values belong to
         # the snapshot of the first argument alone, when it is the only hoisted one (the usual
-        # layout: `_quick` checks it without building the list of hoisted arguments)
+        # layout: `__call__` checks it first, without building the list of hoisted arguments)
         self.lead: tuple | None = None
         self.passed: list[weakref.ref] = []  # the hoisted leaves the main program reads
 
@@ -306,7 +306,7 @@ class HotPath:
             and unchanged(args[0], lead)
         ):
             # the usual layout (the parameters alone, first) with the very objects of the refresh:
-            # about a third less Python than the general check below (bench/README.md, twelfth lease)
+            # about a quarter less Python than the general check below (bench/README.md, twelfth lease)
             h.seen, h.streak = self.ids, 0
             passed = tuple(map(operator.call, self.passed)) if self.passed else ()  # alive: args hold them
             return self._run(h.values, passed, args[1:], kwargs)
