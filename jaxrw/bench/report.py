@@ -126,7 +126,7 @@ def case_notes(rec: dict) -> str:
         by_round = paired_speedup(rec, "jaxrw:new-args", "jax.jit:new-args")
         parts.append(
             f"new weights every call: {rec['speedup_new_args']:.2f}x"
-            + (f" ({by_round:.2f}x by round)" if by_round else "")
+            + (f", {by_round:.2f}x by round" if by_round else "")
         )
     tune = rep.get("autotune")
     if isinstance(tune, dict) and tune.get("winner"):
