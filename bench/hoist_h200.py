@@ -8,7 +8,8 @@ with no Python frame (`_slot`, as optimize() calls a kept program: state "jit").
 not hoisted also jax.jit(fn) through optimize's `_jitted` and through one Python frame. For hoisting
 cases also jaxrw with new parameters on every call (three sets in turn, on an instance first
 called with other weights, as a training loop), jaxrw's direct jax.jit for the latter, and the
-bound function, called directly and through one Python frame. `issue_us` is the host time per
+bound function, called directly and through one Python frame, and the hot path with its jit
+replaced by a no-op (its Python alone). `issue_us` is the host time per
 call with nothing waited for (while the device queue has room), `total_us` the time per call
 including the wait at the end: a variant whose issue time is close to its total time is bound by
 the host (Python and dispatch), not the GPU.
@@ -51,6 +52,17 @@ def _slot(jitted):
     return type("SlotCall", (), {"__call__": staticmethod(jitted)})()
 
 
+def _without_dispatch(rw):
+    """A copy of `rw` whose hot path calls a no-op instead of its jit: what the identity check and
+    the glue around it cost on this host, with nothing dispatched (returns None)."""
+    import copy
+
+    stub = copy.copy(rw)
+    hot = stub._hot_path = copy.copy(rw._hot_path)
+    hot.call = lambda *a, **k: None
+    return stub
+
+
 def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dict:
     load_suites()
     inst = CASES[name].instance("large", dtype)
@@ -79,6 +91,8 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
             "jaxrw:new-args": (trainer, new),
             "jaxrw._jitted:new-args": (rw._jitted, new),
         }
+    if rw._hot_path is not None:  # the hot path's Python alone: its jit replaced by a no-op
+        variants["jaxrw hot path, no dispatch"] = (_without_dispatch(rw), [base])
     for fn, sets in variants.values():  # compile and warm
         _time(fn, sets, 10)
     samples: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}

@@ -526,3 +526,45 @@ def test_the_quick_check_is_off_where_the_parameters_are_not_first():
     q = {**p, "A": p["A"] + 1.0}
     for _ in range(2):
         np.testing.assert_allclose(opt(x, q), g(x, q), rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    outer=st.sampled_from(["dict", "list", "tuple"]),
+    inner=st.sampled_from(["list", "tuple", "dict"]),
+    shape=st.lists(st.integers(1, 3), min_size=1, max_size=6),
+    replace=st.integers(-1, 11),
+    rekey=st.booleans(),
+)
+def test_two_level_parameters_unchanged_means_the_same_leaves(outer, inner, shape, replace, rekey):
+    from jaxrw.hoist import snapshot, unchanged
+
+    count = iter(range(100))
+    keys = "pqr"  # dict children share their keys
+
+    def child(n):
+        leaves = [_leaf(next(count)) for _ in range(n)]
+        if inner == "dict":
+            return dict(zip(keys, leaves, strict=False))
+        return leaves if inner == "list" else tuple(leaves)
+
+    kids = [child(max(shape) if inner == "dict" else k) for k in shape]
+    tree = (
+        dict(zip("abcdef", kids, strict=False))
+        if outer == "dict"
+        else kids
+        if outer == "list"
+        else tuple(kids)
+    )
+    snap = snapshot(tree)
+    assert unchanged(_rebuilt(tree, lambda i, x: x), snap)
+    other = _rebuilt(tree, lambda i, x: _leaf(50) if i == replace else x)
+    if rekey and inner == "dict":  # the first child's first key renamed, the same arrays
+        first = next(iter(other.values())) if outer == "dict" else other[0]
+        first["z"] = first.pop("p")
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    now, now_def = jax.tree_util.tree_flatten(other)
+    if unchanged(other, snap):
+        assert now_def == treedef and all(a is b for a, b in zip(now, leaves, strict=True))
+    else:
+        assert 0 <= replace < len(leaves) or (rekey and inner == "dict")
