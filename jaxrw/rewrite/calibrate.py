@@ -1,5 +1,6 @@
-"""`jaxrw calibrate`: measure this device's matrix rates, bandwidth, launch overhead and small-GEMM
-efficiency, and save them as the default profile for this device kind."""
+"""`jaxrw calibrate`: measure this device's matrix rates, bandwidth, launch overhead, small-GEMM
+efficiency and whether a GEMM reads a transposed operand for free, and save them as the default
+profile for this device kind."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import compat
-from .measure import time_one
+from .measure import measure, time_one
 from .profiles import CPU, H200, Profile, save_profile
 
 __all__ = ["calibrate", "main"]
@@ -39,6 +40,23 @@ def _gemm_rate(n: int, dtype: Any, samples: int, guess: float) -> float:
     return 2.0 * n**3 * k / t
 
 
+def _transpose_folded(n: int, samples: int) -> bool:
+    """Whether `x @ W.T` runs within 10% of `x @ W` on the same (transposed) data: then XLA folds
+    the transpose into the GEMM's operand layout instead of copying W (`Profile.transpose_folded`)."""
+    k1, k2 = jax.random.split(jax.random.key(2))
+    x = jax.random.normal(k1, (max(8, n // 8), n), jnp.float32)
+    w = jax.random.normal(k2, (n, n), jnp.float32) / math.sqrt(n)
+    w_t = w.T  # the same matrix, laid out for a plain product (an eager copy)
+    t = measure(
+        {
+            "plain": (jax.jit(lambda x, w: x @ w), (x, w_t)),
+            "transposed": (jax.jit(lambda x, w: x @ w.T), (x, w)),
+        },
+        repeats=samples,
+    )
+    return t["transposed"].median <= 1.1 * t["plain"].median
+
+
 def calibrate(quick: bool = False) -> Profile:
     """Measure the default device. `quick` uses smaller sizes (for tests and CPUs)."""
     kind = compat.device_kind()
@@ -62,6 +80,7 @@ def calibrate(quick: bool = False) -> Profile:
     eff = {}
     for p in range(3, int(math.log2(big)) + 1):
         eff[p] = min(1.0, _gemm_rate(2**p, jnp.float32, samples, guess) / rates["float32"])
+    folded = _transpose_folded(512 if (quick or kind == "cpu") else 4096, samples)
     return Profile(
         name=f"{base.name}-calibrated",
         kind=kind,
@@ -71,6 +90,7 @@ def calibrate(quick: bool = False) -> Profile:
         launch_s=launch,
         gemm_efficiency=eff,
         call_s=call,
+        transpose_folded=folded,
         source=f"calibrated on {jax.devices()[0].device_kind}",
     )
 
@@ -91,5 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  kernel launch   {prof.launch_s * 1e6:10.1f} us (inside a compiled program)")
     print(f"  call dispatch   {prof.call_s * 1e6:10.1f} us (per call of a compiled program)")
     print("  gemm efficiency " + " ".join(f"2^{k}:{v:.2f}" for k, v in sorted(prof.gemm_efficiency.items())))
+    print(f"  x @ W.T folded  {'yes' if prof.transpose_folded else 'no':>10} (within 10% of x @ W)")
     print(f"saved {path}")
     return 0

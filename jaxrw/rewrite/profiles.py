@@ -41,6 +41,11 @@ class Profile:
     launch_s: float
     gemm_efficiency: dict[int, float] = field(default_factory=dict)
     call_s: float = 0.0  # fixed cost of one call of a compiled program (dispatch), paid once
+    # whether a transpose of an input or a product costs nothing: XLA folds it into the GEMM that
+    # reads it (its operand layout) or the fused kernel that consumes it. `jaxrw calibrate`
+    # measures it (x @ W.T against x @ W); off in the built-in profiles, whose decisions were
+    # validated on the H200 without it (bench/README.md, twelfth lease)
+    transpose_folded: bool = False
     source: str = "built-in"
 
     def matmul_rate(self, dtype: str) -> float:
@@ -134,6 +139,7 @@ def load_profile(path: Path) -> Profile | None:
             launch_s=float(data["launch_s"]),
             gemm_efficiency={int(k): float(v) for k, v in data.get("gemm_efficiency", {}).items()},
             call_s=float(data.get("call_s", 0.0)),
+            transpose_folded=bool(data.get("transpose_folded", False)),
             source=str(path),
         )
         rates = [prof.vector_flops, prof.bandwidth, *prof.matmul_flops.values()]

@@ -44,3 +44,19 @@ def test_malformed_profile_is_ignored(tmp_path, monkeypatch):
 def test_calibrate_quick_measures_positive_rates():
     prof = calibrate(quick=True)
     assert prof.kind == "cpu" and prof.launch_s > 0 and prof.matmul_rate("bfloat16") > 0
+
+
+def test_transpose_folded_is_measured_saved_and_loaded(tmp_path):
+    import dataclasses
+
+    prof = calibrate(quick=True)
+    assert isinstance(prof.transpose_folded, bool)  # x @ W.T within 10% of x @ W, or not
+    assert profiles.H200.transpose_folded is False and profiles.CPU.transpose_folded is False
+    folded = dataclasses.replace(profiles.H200, transpose_folded=True)
+    path = profiles.save_profile(folded, tmp_path / "p.json")
+    assert profiles.load_profile(path).transpose_folded is True
+    # profiles saved before the field existed load with it off
+    data = json.loads(path.read_text())
+    del data["transpose_folded"]
+    path.write_text(json.dumps(data))
+    assert profiles.load_profile(path).transpose_folded is False

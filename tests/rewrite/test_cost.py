@@ -1,0 +1,56 @@
+"""The roofline model's pricing of transposes: a kernel of their own by default, folded into
+whatever reads them with a profile whose `transpose_folded` is set (measured by `jaxrw calibrate`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrw.rewrite.profiles import H200
+from jaxrw.rewrite.run import rewrite_jaxpr
+
+FOLDED = dataclasses.replace(H200, name="h200-folded", transpose_folded=True)
+F32 = np.float32
+
+
+def _cost(fn, shapes, profile):
+    """The model's price of `fn` as written (before any rewrite)."""
+    closed = jax.make_jaxpr(fn)(*(jax.ShapeDtypeStruct(s, F32) for s in shapes))
+    return rewrite_jaxpr(closed, profile=profile).report.cost_before
+
+
+def _dot_t(x, w):  # x @ w.T without a transpose: contract x's dim 1 with w's dim 1
+    return jax.lax.dot_general(x, w, (((1,), (1,)), ((), ())))
+
+
+def test_a_transposed_gemm_operand_is_free_only_where_the_profile_says_it_folds():
+    shapes = [(8, 4096), (32000, 4096)]  # llama4096's output projection, x @ emb.T
+    written, contracted = (lambda x, w: x @ w.T), _dot_t
+    assert _cost(written, shapes, FOLDED) == pytest.approx(_cost(contracted, shapes, FOLDED))
+    # the built-in profile prices the transpose as a kernel that reads and writes the weights
+    extra = _cost(written, shapes, H200) - _cost(contracted, shapes, H200)
+    assert extra > 0.5 * 32000 * 4096 * 4 * 2 / H200.bandwidth
+
+
+def test_folded_transposes_are_still_paid_where_returned_or_part_of_a_fusion():
+    a = [(2048, 2048)]
+    # returned: written out by a kernel of its own
+    assert _cost(lambda x: x.T, a, FOLDED) > 0
+    # read by an elementwise kernel: that kernel pays the read, as it does for the untransposed input
+    assert _cost(lambda x: jnp.exp(x.T), a, FOLDED) == pytest.approx(_cost(jnp.exp, a, FOLDED))
+    # a transpose of a fused computation stays in that fusion: priced as before
+    ab = [(2048, 2048), (2048, 2048)]
+    fused = lambda x, y: jnp.exp(x).T @ y  # noqa: E731
+    assert _cost(fused, ab, FOLDED) == pytest.approx(_cost(fused, ab, H200))
+
+
+def test_cyclic_transpose_classes_are_priced_without_recursing_forever():
+    # x = transpose(transpose(x)) puts a class inside its own transpose's child class
+    shapes = [(512, 512), (512, 512)]
+    closed = jax.make_jaxpr(lambda a, b: (a.T.T @ b).T.T)(*(jax.ShapeDtypeStruct(s, F32) for s in shapes))
+    res = rewrite_jaxpr(closed, profile=FOLDED)
+    assert res.report.cost_after <= res.report.cost_before
