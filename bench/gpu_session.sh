@@ -12,6 +12,7 @@
 #                                      # (bench/xla_options_h200.py), then jaxrw's hoisted calls
 #   bench/gpu_session.sh variance      # separate compilations of one program, with and without
 #                                      # XLA's autotuning (bench/compile_variance_h200.py), jax 0.12
+#   bench/gpu_session.sh transpose     # the cases Profile.transpose_folded decides, with it off and on
 #
 # Set JAXRW_COMMIT to the commit the tree was copied from: the device's copy of .git can be stale,
 # and the JSON records it as the run's commit.
@@ -67,5 +68,19 @@ case "${1:-}" in
       --json "$OUT/h200-${STAMP:-v}-variance-bf16-noautotune.json"
     python3 bench/compile_variance_h200.py --case $cases --dtype float32 --json "$OUT/h200-${STAMP:-v}-variance-f32.json"
     ;;
-  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance" >&2; exit 2 ;;
+  transpose)
+    # Profile.transpose_folded: the four cases whose float32 decision it changes with the h200
+    # profile, under the built-in profile (off) and under one with it on (bench/README.md,
+    # twelfth lease), both dtypes
+    export PYTHONPATH=/tmp/site12:$base_path
+    cases=llama288,llama4096,llama4096_hoist,gpt_train_step
+    OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=${STAMP:-t}-builtin bash bench/run_h200.sh --suite models \
+      --case "$cases" "${@:2}"
+    folded=$(mktemp -d)
+    JAXRW_CACHE_DIR=$folded "${PYTHON:-python3}" -c "import dataclasses; from jaxrw.rewrite import profiles as p; \
+p.save_profile(dataclasses.replace(p.H200, transpose_folded=True))"
+    JAXRW_CACHE_DIR=$folded OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=${STAMP:-t}-folded \
+      bash bench/run_h200.sh --suite models --case "$cases" "${@:2}"
+    ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose" >&2; exit 2 ;;
 esac
