@@ -249,7 +249,8 @@ def pick_fastest(
     # round, each after one untimed call. A fixed order with short samples picked modes measured
     # 1.03-1.04x that ran 0.96x in the H200 bench (run r)
     variants = {"xla": (base, tuple(args)), **{k: (f, tuple(args)) for k, f in ok.items()}}
-    timed = measure(variants, repeats=rounds, sample_s=SAMPLE_S, max_calls=2000, warmup=1)
+    timing = functools.partial(measure, repeats=rounds, sample_s=SAMPLE_S, max_calls=2000, warmup=1)
+    timed = timing(variants)
     overhead = overhead or {}
     paid = {k: overhead[k]() if k in overhead else 0.0 for k in ok}
     judged = {k: _judge(timed, k, paid[k]) for k in ok}
@@ -267,13 +268,7 @@ def pick_fastest(
         return None
     # a second, separate timing must agree: on the H200 host picks measured 1.12-1.49x when built
     # ran 0.97-1.07x (bench/README.md, eleventh lease), so one timing is not taken on its own word
-    again = measure(
-        {"xla": variants["xla"], best: variants[best]},
-        repeats=rounds,
-        sample_s=SAMPLE_S,
-        max_calls=2000,
-        warmup=1,
-    )
+    again = timing({"xla": variants["xla"], best: variants[best]})
     gain2, steady2 = _judge(again, best, paid[best])
     notes.append(f"{best} again {gain2:.2f}x")
     if gain2 < need or not steady2:
