@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--autotune", action="store_true", help="let jaxrw time its top candidates on this device")
     b.add_argument("--repeats", type=_positive_int, default=5, help="samples per variant (default: 5)")
     b.add_argument(
+        "--max-rounds",
+        type=_positive_int,
+        default=None,
+        help="rounds in all while jaxrw's speedup interval straddles 0.98x (default: --repeats at the "
+        "small size, 6x --repeats at the large size)",
+    )
+    b.add_argument(
         "--sample-ms",
         type=_nonneg_float,
         default=None,
@@ -141,6 +148,7 @@ def _bench(args: argparse.Namespace) -> int:
         opt_timeout_s=args.opt_timeout,
         include_heavy=bool(args.case),
         budget_s=args.budget,
+        max_rounds=args.max_rounds,
     )
     progress = Progress(
         TextColumn("{task.description}"),

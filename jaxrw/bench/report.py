@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..rewrite.measure import paired_ratio
+from ..rewrite.measure import median_interval, paired_ratio, round_ratios
 
 __all__ = [
     "summarize_suites",
@@ -17,6 +17,8 @@ __all__ = [
     "same_program",
     "in_jit_speedup",
     "paired_speedup",
+    "speedup_interval",
+    "verdict",
     "fmt_time",
     "rules_summary",
     "stop_summary",
@@ -25,6 +27,7 @@ __all__ = [
 ]
 
 SLOWER, FASTER = 0.97, 1.03  # speedups outside this band are colored
+AT_LEAST = 0.98  # issue 4: every case at >= 0.98x of jax.jit; the runner samples on until settled
 
 
 def geomean(xs: list[float]) -> float | None:
@@ -84,6 +87,24 @@ def paired_speedup(rec: dict, name: str = "jaxrw", base: str = "jax.jit") -> flo
     return r if math.isfinite(r) else None
 
 
+def speedup_interval(rec: dict, name: str = "jaxrw", base: str = "jax.jit") -> tuple[float, float] | None:
+    """A 95% confidence interval of `paired_speedup` (`measure.median_interval` of the per-round
+    speedups), from the samples in the record; None with too few rounds."""
+    v = rec.get("variants") or {}
+    if base not in v or name not in v:
+        return None
+    return median_interval(round_ratios(v[base].get("samples_s") or [], v[name].get("samples_s") or []))
+
+
+def verdict(interval: tuple[float, float] | None, at: float = AT_LEAST) -> str:
+    """'at least' when the whole interval is >= `at`, 'below' when all of it is under, else
+    'unresolved' (the rounds taken cannot tell; also with no interval)."""
+    if interval is None:
+        return "unresolved"
+    lo, hi = interval
+    return "at least" if lo >= at else "below" if hi < at else "unresolved"
+
+
 def fmt_time(s: float | None) -> str:
     if s is None or not math.isfinite(s):
         return "—"
@@ -120,6 +141,11 @@ def case_notes(rec: dict) -> str:
     paired = paired_speedup(rec)
     if paired and rec.get("speedup") and abs(math.log(paired / rec["speedup"])) > math.log(1.05):
         parts.append(f"paired by round: {paired:.2f}x")
+    interval = speedup_interval(rec)
+    if rec.get("speedup") and verdict(interval) != "at least":
+        rounds = len(rec["variants"]["jaxrw"].get("samples_s") or [])
+        within = f"in [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "(too few rounds)"
+        parts.append(f"{verdict(interval)} {AT_LEAST}x: by round {paired:.2f}x {within}, {rounds} rounds")
     if rec.get("second_jit"):
         parts.append(f"a second jax.jit: {rec['second_jit']:.2f}x")
     if rec.get("speedup_new_args"):

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from .report import (
+    AT_LEAST,
     SLOWER,
     case_notes,
     fmt_time,
@@ -25,11 +26,13 @@ from .report import (
     plot,
     rules_summary,
     same_program,
+    speedup_interval,
     stop_summary,
     summarize_suites,
+    verdict,
 )
 
-__all__ = ["markdown", "optimization_table", "main"]
+__all__ = ["markdown", "optimization_table", "settled_line", "main"]
 
 
 def _row(cells: list[str]) -> str:
@@ -99,6 +102,7 @@ def markdown(result: dict) -> str:
         f"Slower than jax.jit by the per-round ratio (< {SLOWER}x): "
         + (", ".join(f"{r['suite']}/{r['case']} {p:.2f}x" for r, p in slower_paired) or "none")
     )
+    lines.append(settled_line(cases))
     untimed = [r for r in cases if r["status"] == "ok" and not r.get("speedup")]
     if untimed:
         why = [f"{r['suite']}/{r['case']} ({'; '.join(r.get('notes', [])) or 'n/a'})" for r in untimed]
@@ -111,6 +115,22 @@ def markdown(result: dict) -> str:
     if bad:
         lines.append("Outside the error tolerance: " + ", ".join(f"{r['suite']}/{r['case']}" for r in bad))
     return "\n".join(lines)
+
+
+def settled_line(cases: list[dict]) -> str:
+    """How many timed cases the 95% interval of the per-round speedup puts at or above AT_LEAST,
+    and which it puts below or leaves unresolved (with their intervals)."""
+    timed = [(r, speedup_interval(r)) for r in cases if r.get("speedup")]
+    groups: dict[str, list[str]] = {"at least": [], "below": [], "unresolved": []}
+    for r, iv in timed:
+        groups[verdict(iv)].append(
+            f"{r['suite']}/{r['case']}" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
+        )
+    return (
+        f"At or above {AT_LEAST}x by the 95% interval of the per-round speedup: "
+        f"{len(groups['at least'])} of {len(timed)}; below: {', '.join(groups['below']) or 'none'}; "
+        f"unresolved: {', '.join(groups['unresolved']) or 'none'}"
+    )
 
 
 PHASES = ("encode", "rewrite", "extract", "schedule")  # RewriteReport.phase_s, in order

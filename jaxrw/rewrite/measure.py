@@ -27,6 +27,8 @@ import jax
 __all__ = [
     "Timing",
     "measure",
+    "more_rounds",
+    "median_interval",
     "paired_ratio",
     "round_ratios",
     "block",
@@ -122,14 +124,39 @@ def measure(
         per_call = time_calls(fn, args, trial_calls)
         calls = max(1, min(max_calls, round(sample_s / max(per_call, 1e-9))))
         out[name] = Timing(calls=calls, compile_s=first)
+    more_rounds(variants, out, repeats)
+    return out
+
+
+def more_rounds(variants: dict[str, tuple[Callable, tuple]], timings: dict[str, Timing], rounds: int) -> None:
+    """Append `rounds` rounds of samples to `timings` (from `measure`, same calls per sample) for
+    the variants named in `variants`: one sample of each per round, in an order rotating by
+    round. Variants left out get no sample in these rounds; `paired_ratio` pairs rounds by
+    position, so only variants sampled in the same rounds should be compared on their tails."""
     names = list(variants)
-    for rep in range(repeats):
-        k = rep % len(names)
+    for _ in range(rounds):
+        k = len(timings[names[0]].samples) % len(names)
         for name in names[k:] + names[:k]:
             fn, args = variants[name]
             block(fn(*args))  # untimed: the switch from the previous variant is not charged
-            out[name].samples.append(time_calls(fn, args, out[name].calls))
-    return out
+            timings[name].samples.append(time_calls(fn, args, timings[name].calls))
+
+
+def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free confidence interval of the median of `values`: the order statistics
+    x(k) and x(n+1-k) with k the largest index whose binomial tail P(B(n, 1/2) < k) is at most
+    (1 - level) / 2, so the interval holds the true median with probability >= `level` whatever
+    the noise's distribution. None when there are too few values for that level (6 at 95%)."""
+    from scipy.stats import binom
+
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return None
+    k = int(binom.ppf((1 - level) / 2, n, 0.5))  # P(B <= k - 1) < (1 - level) / 2 <= P(B <= k)
+    if k < 1:
+        return None
+    return xs[k - 1], xs[n - k]
 
 
 def time_interleaved(
