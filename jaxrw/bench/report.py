@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ..rewrite.measure import median_interval, paired_ratio, round_ratios
+from ..rewrite.measure import verdict as measure_verdict
 
 __all__ = [
     "summarize_suites",
@@ -97,12 +98,8 @@ def speedup_interval(rec: dict, name: str = "jaxrw", base: str = "jax.jit") -> t
 
 
 def verdict(interval: tuple[float, float] | None, at: float = AT_LEAST) -> str:
-    """'at least' when the whole interval is >= `at`, 'below' when all of it is under, else
-    'unresolved' (the rounds taken cannot tell; also with no interval)."""
-    if interval is None:
-        return "unresolved"
-    lo, hi = interval
-    return "at least" if lo >= at else "below" if hi < at else "unresolved"
+    """`measure.verdict` against AT_LEAST unless told: 'at least', 'below' or 'unresolved'."""
+    return measure_verdict(interval, at)
 
 
 def fmt_time(s: float | None) -> str:

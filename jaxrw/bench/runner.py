@@ -31,10 +31,10 @@ import numpy as np
 from ..api import optimize, relative_error, tolerance
 from ..errors import Interrupt
 from ..hoist import HANDOFF_AFTER
-from ..rewrite.measure import median_interval, round_ratios
+from ..rewrite.measure import settle as settle_pairs
 from .case import Case, Instance
-from .report import AT_LEAST, paired_speedup, speedup_interval, verdict
-from .timing import measure, more_rounds
+from .report import AT_LEAST, paired_speedup, speedup_interval
+from .timing import measure
 
 __all__ = [
     "Options",
@@ -306,32 +306,15 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
     )
 
 
-SETTLED_PAIRS = (("jaxrw", "jax.jit"), ("jaxrw:new-args", "jax.jit:new-args"))
-SETTLE_BATCH = 4  # rounds added between looks at the intervals
+# (jaxrw's variant, its base, controls sampled alongside): the pairs `settle` resolves
+SETTLED_PAIRS = (("jaxrw", "jax.jit", ("jax.jit#2",)), ("jaxrw:new-args", "jax.jit:new-args", ()))
 
 
 def settle(variants: dict[str, tuple[Callable, tuple]], timings: dict, opts: Options, rec: dict) -> None:
     """Sample on while a speedup's 95% interval straddles AT_LEAST (issue 4's "never below 0.98x"):
-    more rounds of the two variants compared (with the second jax.jit, the control of a kept
-    program), in batches, until every interval is settled on one side, `opts.round_limit()` rounds
-    are taken or `opts.settle_s` has passed. A program as fast as jax.jit needs many rounds to
-    show it is not 2% slower on a noisy host; one 10% slower is settled after a few."""
-    start, limit, added = time.perf_counter(), opts.round_limit(), 0
-
-    def unsettled(name: str, base: str) -> bool:
-        ratios = round_ratios(timings[base].samples, timings[name].samples)
-        return verdict(median_interval(ratios)) == "unresolved"
-
-    while time.perf_counter() - start < opts.settle_s:
-        pairs = [(a, b) for a, b in SETTLED_PAIRS if a in timings and unsettled(a, b)]
-        names = [n for pair in pairs for n in pair]
-        if ("jaxrw", "jax.jit") in pairs and "jax.jit#2" in timings:
-            names.append("jax.jit#2")
-        batch = min(SETTLE_BATCH, limit - max((len(timings[n].samples) for n in names), default=limit))
-        if batch <= 0:
-            break
-        more_rounds({n: variants[n] for n in names}, timings, batch)
-        added += batch
+    `measure.settle` of jaxrw against jax.jit (with the second jax.jit, the control of a kept
+    program) and of the new-weights pair, up to `opts.round_limit()` rounds or `opts.settle_s`."""
+    added = settle_pairs(variants, timings, SETTLED_PAIRS, AT_LEAST, opts.round_limit(), opts.settle_s)
     if added:
         rec["notes"].append(f"{added} more rounds to settle the {AT_LEAST}x interval")
 

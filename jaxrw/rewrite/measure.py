@@ -29,6 +29,8 @@ __all__ = [
     "measure",
     "more_rounds",
     "median_interval",
+    "verdict",
+    "settle",
     "paired_ratio",
     "round_ratios",
     "block",
@@ -157,6 +159,50 @@ def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float
     if k < 1:
         return None
     return xs[k - 1], xs[n - k]
+
+
+def verdict(interval: tuple[float, float] | None, at: float) -> str:
+    """'at least' when the whole interval is >= `at`, 'below' when all of it is under, else
+    'unresolved' (the rounds taken cannot tell; also with no interval)."""
+    if interval is None:
+        return "unresolved"
+    lo, hi = interval
+    return "at least" if lo >= at else "below" if hi < at else "unresolved"
+
+
+def settle(
+    variants: dict[str, tuple[Callable, tuple]],
+    timings: dict[str, Timing],
+    pairs: Sequence[tuple[str, str, tuple[str, ...]]],
+    at: float,
+    max_rounds: int,
+    max_s: float,
+    batch: int = 4,
+) -> int:
+    """Take more rounds (`more_rounds`, `batch` at a time) while the 95% interval of a pair's
+    per-round speedup (base over name) straddles `at`: for each (name, base, companions) in
+    `pairs` still unsettled, name, base and the companions (controls worth the same rounds) are
+    sampled. Stops when every pair is settled, a variant reaches `max_rounds` samples or `max_s`
+    seconds have passed; returns the rounds added. A program as fast as its base needs many
+    rounds on a noisy host to show it is not 2% slower; one 10% slower is settled in a few."""
+    start, added = time.perf_counter(), 0
+
+    def unsettled(name: str, base: str) -> bool:
+        ratios = round_ratios(timings[base].samples, timings[name].samples)
+        return verdict(median_interval(ratios), at) == "unresolved"
+
+    while time.perf_counter() - start < max_s:
+        names: list[str] = []
+        for name, base, companions in pairs:
+            if name in timings and base in timings and unsettled(name, base):
+                names += [n for n in (name, base, *companions) if n in timings and n not in names]
+        room = max_rounds - max((len(timings[n].samples) for n in names), default=max_rounds)
+        if room <= 0:
+            break
+        step = min(batch, room)
+        more_rounds({n: variants[n] for n in names}, timings, step)
+        added += step
+    return added
 
 
 def time_interleaved(
