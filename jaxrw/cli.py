@@ -123,6 +123,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench.case import select
     from .bench.report import plot, table
     from .bench.runner import Options, run
+    from .bench.summarize import settled_line
     from .errors import InvalidOptionError
 
     console = Console()
@@ -171,11 +172,15 @@ def _bench(args: argparse.Namespace) -> int:
         result = run(cases, opts, on_case)
     if not args.quiet:
         console.print(table(result))
+        limit = opts.round_limit()
+        more = f" (up to {limit} where a speedup's interval straddled 0.98x)" if limit > opts.repeats else ""
         console.print(
             f"[dim]{len(result['cases'])} cases in {result['meta']['total_s']:.0f} s. Times: medians of "
-            f"{opts.repeats} interleaved samples. speedup: jax.jit time / jaxrw time; in jit: jaxrw called "
-            "inside an outer jax.jit; hand: hand-optimized. rel err: against float64.[/dim]"
+            f"{opts.repeats} interleaved samples{more}. speedup: jax.jit time / jaxrw time; in jit: jaxrw "
+            "called inside an outer jax.jit; hand: hand-optimized. rel err: against float64.[/dim]"
         )
+        if limit > opts.repeats:
+            console.print(settled_line(result["cases"]))
         for s in result["summary"].values():
             if s["slower"] or s["errors"] or s["not_timed"] or s["skipped"]:
                 console.print(

@@ -44,6 +44,7 @@ def test_bench_writes_json_and_png(bench_run, capsys):
     for key in ("device", "platform", "jax", "jaxlib", "egglog", "date", "dtype", "size", "repeats"):
         assert meta[key], key
     assert meta["dtype"] == "float32" and meta["size"] == "small" and meta["repeats"] == 2
+    assert meta["max_rounds"] == 2  # the small size takes no extra rounds unless --max-rounds says so
     (rec,) = result["cases"]
     assert rec["case"] == "chain_mv" and rec["status"] == "ok"
     for name in ("jax.jit", "jaxrw", "jaxrw@jit", "hand"):
@@ -89,6 +90,7 @@ def test_summarize_rejects_other_json(tmp_path, capsys):
         (["--size", "huge"], "'huge'", "'small', 'large'"),
         (["--dtype", "float16"], "'float16'", "'float32', 'bfloat16'"),
         (["--repeats", "0"], "'0'", "a positive integer"),
+        (["--max-rounds", "-3"], "'-3'", "a positive integer"),
         (["--opt-timeout", "soon"], "'soon'", "a number >= 0"),
     ],
 )
