@@ -187,14 +187,16 @@ def settle(
     rounds on a noisy host to show it is not 2% slower; one 10% slower is settled in a few."""
     start, added = time.perf_counter(), 0
 
-    def unsettled(name: str, base: str) -> bool:
+    def open_pair(name: str, base: str) -> bool:  # timed, unsettled and below the round limit
+        if name not in timings or base not in timings or len(timings[name].samples) >= max_rounds:
+            return False
         ratios = round_ratios(timings[base].samples, timings[name].samples)
         return verdict(median_interval(ratios), at) == "unresolved"
 
     while time.perf_counter() - start < max_s:
         names: list[str] = []
         for name, base, companions in pairs:
-            if name in timings and base in timings and unsettled(name, base):
+            if open_pair(name, base):
                 names += [n for n in (name, base, *companions) if n in timings and n not in names]
         room = max_rounds - max((len(timings[n].samples) for n in names), default=max_rounds)
         if room <= 0:

@@ -158,3 +158,18 @@ def test_measure_settle_ignores_pairs_not_timed(monkeypatch):
     pairs = [("auto", "xla", ("missing",)), ("auto +10% mem", "xla", ())]
     added = measure.settle(variants, timings, pairs, AT_LEAST, max_rounds=19, max_s=60)
     assert added == 8 and len(timings["auto"].samples) == 19 == len(timings["xla"].samples)
+
+
+def test_a_pair_at_the_round_limit_does_not_stop_the_others(monkeypatch):
+    variants, timings = _fake_variants(
+        monkeypatch,
+        {
+            "a": itertools.cycle([0.95, 1.05, 1.0]),  # never settles
+            "b": itertools.repeat(1.0),
+            "c": itertools.cycle([0.95, 1.05, 1.0]),
+            "d": itertools.repeat(1.0),
+        },
+    )
+    measure.more_rounds({k: variants[k] for k in ("a", "b")}, timings, 8)  # a, b: 19 rounds already
+    added = measure.settle(variants, timings, [("a", "b", ()), ("c", "d", ())], AT_LEAST, 19, 60)
+    assert added == 8 and len(timings["c"].samples) == 19 and len(timings["a"].samples) == 19
