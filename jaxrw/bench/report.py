@@ -139,12 +139,22 @@ def case_notes(rec: dict) -> str:
     if paired and rec.get("speedup") and abs(math.log(paired / rec["speedup"])) > math.log(1.05):
         parts.append(f"paired by round: {paired:.2f}x")
     interval = speedup_interval(rec)
-    if rec.get("speedup") and verdict(interval) != "at least":
+    unsettled = rec.get("speedup") and verdict(interval) != "at least"
+    if unsettled:
         rounds = len(rec["variants"]["jaxrw"].get("samples_s") or [])
-        within = f"in [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "(too few rounds)"
-        parts.append(f"{verdict(interval)} {AT_LEAST}x: by round {paired:.2f}x {within}, {rounds} rounds")
+        parts.append(
+            f"{verdict(interval)} {AT_LEAST}x: by round {paired:.2f}x {_within(interval)}, {rounds} rounds"
+        )
     if rec.get("second_jit"):
-        parts.append(f"a second jax.jit: {rec['second_jit']:.2f}x")
+        control = ""
+        if unsettled:  # the control over the same rounds: how far two compilations of one program differ
+            by_round = paired_speedup(rec, "jax.jit#2")
+            control = (
+                f" ({by_round:.2f}x by round {_within(speedup_interval(rec, 'jax.jit#2'))})"
+                if by_round
+                else ""
+            )
+        parts.append(f"a second jax.jit: {rec['second_jit']:.2f}x{control}")
     if rec.get("speedup_new_args"):
         by_round = paired_speedup(rec, "jaxrw:new-args", "jax.jit:new-args")
         parts.append(
@@ -155,6 +165,10 @@ def case_notes(rec: dict) -> str:
     if isinstance(tune, dict) and tune.get("winner"):
         parts.append(f"autotune: {tune['winner']}" + (" (cached)" if tune.get("cached") else ""))
     return "; ".join(parts)
+
+
+def _within(interval: tuple[float, float] | None) -> str:
+    return f"in [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "(too few rounds)"
 
 
 def stop_summary(rec: dict) -> str:

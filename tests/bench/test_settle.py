@@ -68,6 +68,10 @@ def test_unsettled_cases_are_named_with_their_interval():
     assert verdict(speedup_interval(fast)) == "at least"
     assert "unresolved 0.98x: by round" in case_notes(same) and "7 rounds" in case_notes(same)
     assert "0.98x" not in case_notes(fast)
+    # a kept case names its control over the same rounds: two compilations of one program
+    same["variants"]["jax.jit#2"] = {"samples_s": [1.0, 1.0, 1.0, 1.1, 1.0, 1.0, 1.0]}
+    same["second_jit"] = 1.0
+    assert "a second jax.jit: 1.00x (1.00x by round in [0.90, 1.10])" in case_notes(same)
     line = settled_line([same, fast])
     assert "1 of 2" in line and "unresolved: s/c [" in line and "below: none" in line
 
