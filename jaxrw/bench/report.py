@@ -21,6 +21,7 @@ __all__ = [
     "speedup_interval",
     "verdict",
     "fmt_time",
+    "fmt_interval",
     "rules_summary",
     "stop_summary",
     "table",
@@ -111,6 +112,11 @@ def fmt_time(s: float | None) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
+def fmt_interval(interval: tuple[float, float] | None) -> str:
+    """'[lo, hi]' of a speedup interval, '' without one."""
+    return f"[{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
+
+
 def fmt_x(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}x"
 
@@ -168,7 +174,7 @@ def case_notes(rec: dict) -> str:
 
 
 def _within(interval: tuple[float, float] | None) -> str:
-    return f"in [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "(too few rounds)"
+    return f"in {fmt_interval(interval)}" if interval else "(too few rounds)"
 
 
 def stop_summary(rec: dict) -> str:

@@ -20,6 +20,7 @@ from .report import (
     AT_LEAST,
     SLOWER,
     case_notes,
+    fmt_interval,
     fmt_time,
     fmt_x,
     paired_speedup,
@@ -123,9 +124,7 @@ def settled_line(cases: list[dict]) -> str:
     timed = [(r, speedup_interval(r)) for r in cases if r.get("speedup")]
     groups: dict[str, list[str]] = {"at least": [], "below": [], "unresolved": []}
     for r, iv in timed:
-        groups[verdict(iv)].append(
-            f"{r['suite']}/{r['case']}" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
-        )
+        groups[verdict(iv)].append(f"{r['suite']}/{r['case']} {fmt_interval(iv)}".rstrip())
     return (
         f"At or above {AT_LEAST}x by the 95% interval of the per-round speedup: "
         f"{len(groups['at least'])} of {len(timed)}; below: {', '.join(groups['below']) or 'none'}; "

@@ -3,6 +3,6 @@ calibration, the cost check and the benchmarks; its docstring describes the meth
 
 from __future__ import annotations
 
-from ..rewrite.measure import Timing, block, compile_and_warm, measure, more_rounds
+from ..rewrite.measure import Timing, block, compile_and_warm, measure
 
-__all__ = ["Timing", "measure", "more_rounds", "block", "compile_and_warm"]
+__all__ = ["Timing", "measure", "block", "compile_and_warm"]

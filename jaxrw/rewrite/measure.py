@@ -182,9 +182,10 @@ def settle(
     """Take more rounds (`more_rounds`, `batch` at a time) while the 95% interval of a pair's
     per-round speedup (base over name) straddles `at`: for each (name, base, companions) in
     `pairs` still unsettled, name, base and the companions (controls worth the same rounds) are
-    sampled. Stops when every pair is settled, a variant reaches `max_rounds` samples or `max_s`
-    seconds have passed; returns the rounds added. A program as fast as its base needs many
-    rounds on a noisy host to show it is not 2% slower; one 10% slower is settled in a few."""
+    sampled. A pair whose variant has `max_rounds` samples is left as it is; the loop stops when
+    no pair is left open or `max_s` seconds have passed, and returns the rounds added. A program
+    as fast as its base needs many rounds on a noisy host to show it is not 2% slower; one 10%
+    slower is settled in a few."""
     start, added = time.perf_counter(), 0
 
     def open_pair(name: str, base: str) -> bool:  # timed, unsettled and below the round limit
