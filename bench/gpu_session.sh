@@ -13,6 +13,7 @@
 #   bench/gpu_session.sh variance      # separate compilations of one program, with and without
 #                                      # XLA's autotuning (bench/compile_variance_h200.py), jax 0.12
 #   bench/gpu_session.sh transpose     # the cases Profile.transpose_folded decides, with it off and on
+#   bench/gpu_session.sh thunkycost    # a thunky call's cost per input and per view, jax 0.12
 #
 # Set JAXRW_COMMIT to the commit the tree was copied from: the device's copy of .git can be stale,
 # and the JSON records it as the run's commit.
@@ -71,16 +72,23 @@ case "${1:-}" in
   transpose)
     # Profile.transpose_folded: the four cases whose float32 decision it changes with the h200
     # profile, under the built-in profile (off) and under one with it on (bench/README.md,
-    # twelfth lease), both dtypes
+    # twelfth lease), both dtypes. PROFILES="builtin" or "folded" runs one half (each ~4 minutes).
     export PYTHONPATH=/tmp/site12:$base_path
     cases=llama288,llama4096,llama4096_hoist,gpt_train_step
-    OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=${STAMP:-t}-builtin bash bench/run_h200.sh --suite models \
-      --case "$cases" "${@:2}"
-    folded=$(mktemp -d)
-    JAXRW_CACHE_DIR=$folded "${PYTHON:-python3}" -c "import dataclasses; from jaxrw.rewrite import profiles as p; \
+    for profile in ${PROFILES:-builtin folded}; do
+      cache=$(mktemp -d)
+      if [ "$profile" = folded ]; then
+        JAXRW_CACHE_DIR=$cache "${PYTHON:-python3}" -c "import dataclasses; from jaxrw.rewrite import profiles as p; \
 p.save_profile(dataclasses.replace(p.H200, transpose_folded=True))"
-    JAXRW_CACHE_DIR=$folded OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=${STAMP:-t}-folded \
-      bash bench/run_h200.sh --suite models --case "$cases" "${@:2}"
+      fi
+      JAXRW_CACHE_DIR=$cache OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=${STAMP:-t}-$profile \
+        bash bench/run_h200.sh --suite models --case "$cases" "${@:2}"
+    done
     ;;
-  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose" >&2; exit 2 ;;
+  thunkycost)
+    # what a thunky call costs per input, per view and in all (bench/thunky_cost_h200.py), jax 0.12
+    PYTHONPATH=/tmp/site12:$base_path python3 bench/thunky_cost_h200.py \
+      --json "$OUT/h200-${STAMP:-tc}-thunky-cost.json" "${@:2}"
+    ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose | thunkycost" >&2; exit 2 ;;
 esac
