@@ -12,9 +12,16 @@ N small float32 inputs (64 x 64) summed into one output, as
 - `one_view`: the packed array read as one buffer, reshaped inside the region;
 - `concat+views`: the N arrays concatenated by XLA inside the same jit, then `views` (what packing
   a program's inputs on every call would cost);
-- `empty`: a thunky program writing one zero (the fixed cost of a call).
-Each is timed as `total_us` per call over `--calls` back-to-back calls, waited for at the end, the
-median over `--repeats` interleaved rounds; results are checked against `xla`.
+- `empty`: a thunky program writing one zero (the fixed cost of a call);
+- `empty+params`: the same inside a jit that also takes the N inputs, unused but kept
+  (`keep_unused=True`): the cost of the outer executable's parameters alone;
+- `views+xla`: `views` on the packed array while XLA sums the N inputs in the same jit (the
+  inputs are parameters of a program with a thunky call, but thunky never sees them);
+- `pack_apart`: the N inputs concatenated by a separate jax.jit (no thunky in it), then `views`
+  (packing in its own executable).
+Each is timed as `total_us` per call (and `issue_us`, the host's time alone) over `--calls`
+back-to-back calls, waited for at the end, the median over `--repeats` interleaved rounds; results
+are checked against `xla`.
 """
 
 from __future__ import annotations
@@ -79,6 +86,9 @@ def variants(n: int) -> dict:
         kernel(*xs, out)
         return out[...]
 
+    views_jit = jax.jit(lambda p: through(views_k, p))
+    pack = jax.jit(lambda *xs: jnp.concatenate([x.reshape(-1) for x in xs]))
+
     def concat_views(*xs):
         return through(views_k, jnp.concatenate([x.reshape(-1) for x in xs]))
 
@@ -89,16 +99,22 @@ def variants(n: int) -> dict:
         "one_view": jax.jit(lambda p: through(one_k, p)),
         "concat+views": jax.jit(concat_views),
         "empty": jax.jit(lambda: through(empty_k)),
+        "empty+params": jax.jit(lambda *xs: through(empty_k), keep_unused=True),
+        "views+xla": jax.jit(lambda p, *xs: (through(views_k, p), sum(xs[1:], xs[0]))[0]),
+        "pack_apart": lambda *xs: views_jit(pack(*xs)),
     }
 
 
-def _per_call_us(fn, args, calls: int) -> float:
+def _per_call_us(fn, args, calls: int) -> tuple[float, float]:
+    """(issue, total) µs per call: host time with nothing waited for, and with the wait at the end."""
     out = None
     t0 = time.perf_counter()
     for _ in range(calls):
         out = fn(*args)
+    t1 = time.perf_counter()
     jax.block_until_ready(out)
-    return (time.perf_counter() - t0) / calls * 1e6
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
 
 
 def measure(n: int, calls: int, repeats: int) -> dict:
@@ -107,19 +123,24 @@ def measure(n: int, calls: int, repeats: int) -> dict:
     packed = jnp.concatenate([x.reshape(-1) for x in xs])
     fns = variants(n)
     inputs = {name: xs for name in fns} | {"views": [packed], "one_view": [packed], "empty": []}
+    inputs["views+xla"] = [packed, *xs]
     want = np.asarray(fns["xla"](*xs), np.float64)
     errors = {}
     for name, fn in fns.items():
         got = np.asarray(jax.block_until_ready(fn(*inputs[name])), np.float64)
-        if name != "empty":
+        if not name.startswith("empty"):
             errors[name] = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
     samples: dict[str, list[float]] = {name: [] for name in fns}
+    issue: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            samples[name].append(_per_call_us(fn, inputs[name], calls))
+            host, total = _per_call_us(fn, inputs[name], calls)
+            issue[name].append(host)
+            samples[name].append(total)
     return {
         "n": n,
         "median_us": {k: statistics.median(v) for k, v in samples.items()},
+        "issue_median_us": {k: statistics.median(v) for k, v in issue.items()},
         "samples_us": samples,
         "max_rel_error": errors,
     }
@@ -139,6 +160,8 @@ def main() -> None:
         errs = max(row["max_rel_error"].values())
         cells = "".join(f"{row['median_us'][k]:14.1f}" for k in names)
         print(str(row["n"]).rjust(5) + cells + f"   {errs:.1e}")
+        host = "".join(f"{row['issue_median_us'][k]:14.1f}" for k in names)
+        print("issue" + host)
     if a.json:
         device = str(jax.devices()[0])
         meta = {"jax": jax.__version__, "device": device, "calls": a.calls, "repeats": a.repeats}
