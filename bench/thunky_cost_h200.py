@@ -18,7 +18,10 @@ N small float32 inputs (64 x 64) summed into one output, as
 - `views+xla`: `views` on the packed array while XLA sums the N inputs in the same jit (the
   inputs are parameters of a program with a thunky call, but thunky never sees them);
 - `pack_apart`: the N inputs concatenated by a separate jax.jit (no thunky in it), then `views`
-  (packing in its own executable).
+  (packing in its own executable);
+- `args direct`, `empty+params direct`: `args` and `empty+params` called as jaxrw calls an
+  emitted program, through its compiled executable (`jaxrw.schedule.direct.ThunkyProgram`), not
+  through jax's Python dispatch.
 Each is timed as `total_us` per call (and `issue_us`, the host's time alone) over `--calls`
 back-to-back calls, waited for at the end, the median over `--repeats` interleaved rounds; results
 are checked against `xla`.
@@ -34,6 +37,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxrw.schedule.direct import ThunkyProgram
 
 SIDE = 64
 SIZE = SIDE * SIDE
@@ -102,6 +107,8 @@ def variants(n: int) -> dict:
         "empty+params": jax.jit(lambda *xs: through(empty_k), keep_unused=True),
         "views+xla": jax.jit(lambda p, *xs: (through(views_k, p), sum(xs[1:], xs[0]))[0]),
         "pack_apart": lambda *xs: views_jit(pack(*xs)),
+        "args direct": ThunkyProgram(jax.jit(lambda *xs: through(args_k, *xs))),
+        "empty+params direct": ThunkyProgram(jax.jit(lambda *xs: through(empty_k), keep_unused=True)),
     }
 
 
@@ -155,12 +162,12 @@ def main() -> None:
     a = ap.parse_args()
     rows = [measure(n, a.calls, a.repeats) for n in a.n]
     names = list(rows[0]["median_us"])
-    print("N".rjust(5) + "".join(name.rjust(14) for name in names) + "   max rel error")
+    print("N".rjust(5) + "".join(name.rjust(20) for name in names) + "   max rel error")
     for row in rows:
         errs = max(row["max_rel_error"].values())
-        cells = "".join(f"{row['median_us'][k]:14.1f}" for k in names)
+        cells = "".join(f"{row['median_us'][k]:20.1f}" for k in names)
         print(str(row["n"]).rjust(5) + cells + f"   {errs:.1e}")
-        host = "".join(f"{row['issue_median_us'][k]:14.1f}" for k in names)
+        host = "".join(f"{row['issue_median_us'][k]:20.1f}" for k in names)
         print("issue" + host)
     if a.json:
         device = str(jax.devices()[0])

@@ -2,7 +2,8 @@
 
 The emitted function is one `jax.jit`: fresh Refs for the outputs (donated inputs become Refs that
 hold an output in place), one `thunky.jit` body that runs the plan's steps (`call_jax` per region on
-views of the buffers; `async_start`/`async_done` for side streams), and the outputs read back.
+views of the buffers; `async_start`/`async_done` for side streams), and the outputs read back;
+called through its compiled executable directly (direct.py), not jax's Python dispatch.
 `choose` is the policy: "xla" never uses thunky; "streams" always does and raises where it cannot;
 "auto" uses it only on CUDA with thunky present and a predicted gain, confirmed by a measurement.
 `select` (behind `apply(mode="auto")`) also weighs XLA's own command-buffer modes (xla_modes.py:
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 from .. import compat
 from ..errors import check_choice
 from ..rewrite.profiles import Profile, default_profile
+from .direct import ThunkyProgram
 from .plan import H200_STREAMS, Plan, ScheduleError, ScheduleUnavailableError, StreamCosts, plan_program
 from .program import build_program
 from .timing import MEASURED_MARGIN, PEAK_ALLOWANCE_BYTES, peak_bytes, pick_fastest
@@ -37,6 +39,7 @@ __all__ = [
     "MODES",
     "Decision",
     "Scheduled",
+    "ThunkyProgram",
     "choose",
     "emit",
     "schedule_program",
@@ -195,9 +198,10 @@ def _kernel(plan: Plan) -> Callable[..., None]:
     return thunky.jit(body, scratch_shapes=scratch)
 
 
-def emit(plan: Plan, donate: Sequence[int] = (), out_tree: Any = None) -> Callable[..., Any]:
-    """The plan as a jitted function of the flat inputs returning the flat outputs (a list, or
-    `out_tree` unflattened). Tracing it works anywhere thunky imports; running it needs CUDA."""
+def emit(plan: Plan, donate: Sequence[int] = (), out_tree: Any = None) -> ThunkyProgram:
+    """The plan as a function of the flat inputs returning the flat outputs (a list, or `out_tree`
+    unflattened): a ThunkyProgram around one jax.jit. Tracing it works anywhere thunky imports;
+    running it needs CUDA."""
     prog = plan.program
     ins, outs, _arenas, hosted = _layout(plan)
     kernel = _kernel(plan)
@@ -217,7 +221,7 @@ def emit(plan: Plan, donate: Sequence[int] = (), out_tree: Any = None) -> Callab
         return result if out_tree is None else jax.tree_util.tree_unflatten(out_tree, result)
 
     scheduled.__name__ = "jaxrw_scheduled"
-    return jax.jit(scheduled, donate_argnums=tuple(donate))
+    return ThunkyProgram(jax.jit(scheduled, donate_argnums=tuple(donate)))
 
 
 class Scheduled:

@@ -1,0 +1,127 @@
+"""Call a thunky program's executable without jax's per-call Python dispatch.
+
+A `thunky.jit` program lowers to a custom call with a side effect, and jax sends every call of an
+executable with effects down its Python path (`jax._src.pjit`: no C++ fast path for effects). That
+path costs host time per argument: measured on the H200 host, 11-12 µs per argument of the outer
+jit (192 inputs: 2.37 ms against 0.16 ms for the same work on one packed input;
+bench/results/h200-2026-12-04f6-thunky-cost.json), and 12 µs here for any executable with an
+unordered effect. Running the compiled executable directly costs ~0.3 µs per argument.
+
+This uses jax internals (`Compiled._executable.unsafe_call`, `execute_sharded`), checked when the
+executor is built: where they differ, or for arguments it cannot pass as they are (not jax arrays of
+the compiled shape, dtype and device), the caller's jitted function runs instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from .. import compat
+
+log = logging.getLogger("jaxrw")
+
+__all__ = ["DirectExecutor", "ThunkyProgram", "direct_executor"]
+
+
+class DirectExecutor:
+    """The compiled executable of a jitted function for one argument signature, called directly.
+
+    `__call__` returns the function's outputs (its output pytree), or `None` when the arguments
+    are not jax arrays matching the compiled ones, for the caller to use the jitted function."""
+
+    def __init__(self, compiled: Any, run: Any, avals: Sequence[Any], sharding: Any, array_type: type):
+        self._run = run
+        self._array_type = array_type  # jax's concrete array class: tracers and numpy are not it
+        self._execute = run.xla_executable.execute_sharded
+        self._with_tokens = bool(run.has_unordered_effects or run.has_host_callbacks)
+        self._handlers = run.out_handler.handlers
+        self._kept = sorted(run.kept_var_idx)
+        self._all_kept = self._kept == list(range(len(avals)))
+        self._signature = tuple((a.shape, a.dtype) for a in avals)
+        self._sharding = sharding
+        self._out_tree = compiled.out_tree
+
+    def __call__(self, *args: Any) -> Any | None:
+        if len(args) != len(self._signature):
+            return None
+        array_type = self._array_type
+        for a, (shape, dtype) in zip(args, self._signature, strict=True):
+            if (
+                type(a) is not array_type
+                or a.shape != shape
+                or a.dtype != dtype
+                or a.sharding != self._sharding
+            ):
+                return None
+        bufs = list(args) if self._all_kept else [args[i] for i in self._kept]
+        if self._with_tokens:
+            results = self._execute(bufs, with_tokens=True)
+            results.consume_token()  # nothing waits on it: outputs are waited for themselves
+        else:
+            results = self._execute(bufs)
+        outs = results.consume_with_handlers(self._handlers)
+        return jax.tree_util.tree_unflatten(self._out_tree, outs)
+
+
+def direct_executor(jitted: Callable, args: Sequence[Any]) -> DirectExecutor | None:
+    """A DirectExecutor for `jitted` at the signature of `args` (concrete arrays), or None where
+    the executable is not one it can call: several devices, ordered effects, state passed in or out,
+    constants passed as arguments, or jax internals other than those of jax 0.12."""
+    try:
+        from jax._src.array import ArrayImpl
+        from jax._src.interpreters import pxla
+
+        compiled = jitted.lower(*args).compile()  # type: ignore[attr-defined]
+        run = compiled._executable.unsafe_call
+        leaves = jax.tree_util.tree_leaves(args)
+        usable = (
+            isinstance(run, pxla.ExecuteReplicated)
+            and not run.ordered_effects
+            and run.mut is None
+            and not compiled._params.const_args
+            and len(run._local_devices) == 1
+            and len(leaves) == len(args)
+            and all(type(a) is ArrayImpl for a in leaves)
+        )
+        if not usable:
+            return None
+        sharding = jax.sharding.SingleDeviceSharding(run._local_devices[0])
+        return DirectExecutor(compiled, run, [jax.typeof(a) for a in args], sharding, ArrayImpl)
+    except Exception as e:  # noqa: BLE001 - internals differ: the jitted function serves
+        log.debug("jaxrw: no direct executor (%s: %s)", type(e).__name__, e)
+        return None
+
+
+def _concrete(a: Any) -> bool:
+    return isinstance(a, jax.Array) and not compat.is_tracer(a)
+
+
+class ThunkyProgram:
+    """An emitted plan: its jitted function, called through a DirectExecutor (direct.py) for the
+    signature of its first concrete call. jax would send every call down its Python dispatch path
+    (a thunky program has effects), ~12 µs of host time per argument on the H200 host. Traced
+    calls, other signatures and arguments the executor cannot take go to the jitted function."""
+
+    def __init__(self, jitted: Callable[..., Any]):
+        self.jitted = jitted
+        self.__name__ = getattr(jitted, "__name__", "jaxrw_scheduled")
+        self._direct: DirectExecutor | None = None
+        self._tried = False
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        return self.jitted.lower(*args, **kwargs)  # type: ignore[attr-defined]
+
+    def __call__(self, *args: Any) -> Any:
+        direct = self._direct
+        if direct is None and not self._tried and all(_concrete(a) for a in args):
+            self._tried = True
+            direct = self._direct = direct_executor(self.jitted, args)
+        if direct is not None:
+            out = direct(*args)
+            if out is not None:
+                return out
+        return self.jitted(*args)

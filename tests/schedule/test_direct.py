@@ -1,0 +1,106 @@
+"""The direct executor: an effectful executable called without jax's Python dispatch gives jax's
+results, falls back for arguments it cannot take, and keeps donation. On CPU an unordered
+io_callback stands in for thunky's effectful custom call (same dispatch path in jax)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import io_callback
+
+from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram, direct_executor
+
+
+def _effectful(n_args: int):
+    """A jitted function of n arrays with an unordered effect (as a thunky program has) and a
+    pytree of outputs."""
+
+    def f(*xs):
+        io_callback(lambda: None, None, ordered=False)
+        total = sum(xs[1:], xs[0])
+        return {"sum": total, "parts": [xs[0] * 2.0, jnp.tanh(total)]}
+
+    return jax.jit(f)
+
+
+def _args(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return [jnp.asarray(rng.standard_normal((3, 5), dtype=np.float32)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("n", [1, 4, 17])
+def test_direct_matches_jit(n):
+    jitted = _effectful(n)
+    args = _args(n)
+    direct = direct_executor(jitted, args)
+    assert isinstance(direct, DirectExecutor)
+    want = jitted(*args)
+    for seed in (1, 2):  # new arrays of the same signature go through it too
+        fresh = _args(n, seed)
+        got, want = direct(*fresh), jitted(*fresh)
+        assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+        for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_unused_arguments_are_dropped_as_jax_drops_them():
+    jitted = jax.jit(lambda x, unused, y: (io_callback(lambda: None, None, ordered=False), x - y)[1])
+    x, u, y = _args(3)
+    direct = direct_executor(jitted, [x, u, y])
+    assert direct is not None
+    np.testing.assert_array_equal(np.asarray(direct(x, u, y)), np.asarray(x - y))
+
+
+def test_arguments_it_cannot_take_return_none():
+    jitted = _effectful(2)
+    args = _args(2)
+    direct = direct_executor(jitted, args)
+    assert direct(np.asarray(args[0]), args[1]) is None  # numpy: jax must place it
+    assert direct(args[0]) is None  # wrong count
+    assert direct(args[0], jnp.zeros((3, 6), jnp.float32)) is None  # wrong shape
+    assert direct(args[0], args[1].astype(jnp.float16)) is None  # wrong dtype
+
+
+def test_no_executor_for_ordered_effects_or_non_arrays():
+    ordered = jax.jit(lambda x: (io_callback(lambda: None, None, ordered=True), x + 1)[1])
+    assert direct_executor(ordered, _args(1)) is None
+    assert direct_executor(_effectful(1), [np.ones((3, 5), np.float32)]) is None
+
+
+def test_donated_argument_is_consumed():
+    jitted = jax.jit(
+        lambda x, y: (io_callback(lambda: None, None, ordered=False), x + y)[1], donate_argnums=0
+    )
+    x, y = _args(2)
+    direct = direct_executor(jitted, [x, y])
+    want = np.asarray(x) + np.asarray(y)
+    np.testing.assert_allclose(np.asarray(direct(x, y)), want)
+    if jax.default_backend() != "cpu":  # the CPU backend ignores donation
+        assert x.is_deleted()
+
+
+def test_thunky_program_uses_the_executor_and_falls_back():
+    jitted = _effectful(2)
+    program = ThunkyProgram(jitted)
+    args = _args(2)
+    out = program(*args)
+    assert isinstance(program._direct, DirectExecutor)
+    np.testing.assert_array_equal(np.asarray(out["sum"]), np.asarray(args[0] + args[1]))
+    # numpy arguments and traced calls go to the jitted function, with the same results
+    mixed = program(np.asarray(args[0]), args[1])
+    np.testing.assert_array_equal(np.asarray(mixed["sum"]), np.asarray(out["sum"]))
+    traced = jax.jit(lambda a, b: program(a, b)["sum"])(*args)
+    np.testing.assert_array_equal(np.asarray(traced), np.asarray(out["sum"]))
+    grads = jax.grad(lambda a: jnp.sum(program(a, args[1])["parts"][0]))(args[0])
+    np.testing.assert_allclose(np.asarray(grads), 2.0)
+
+
+def test_thunky_program_waits_for_concrete_arrays_before_building():
+    program = ThunkyProgram(_effectful(1))
+    (x,) = _args(1)
+    program(np.asarray(x))  # numpy first: no executor yet, still answered
+    assert program._direct is None and not program._tried
+    program(x)
+    assert isinstance(program._direct, DirectExecutor)
