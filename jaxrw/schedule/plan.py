@@ -51,22 +51,24 @@ class ScheduleUnavailableError(ScheduleError):
 class StreamCosts:
     """What the two executors cost beyond the kernels themselves, in seconds.
 
-    Defaults follow the H200 measurements in DESIGN.md: XLA graph-captures its kernels (~1 µs each);
-    thunky launches each kernel from the host (~2.5 µs, a floor for a whole stage, shared by all
-    streams: 16 experts 129 µs XLA vs 286-310 thunky); overlapping bandwidth-bound branches on
-    streams lost (8 x 128x2048: 297 one stream vs 501 four), priced as `contention`. A thunky call
-    costs ~40 µs and ~9 µs per buffer crossing its boundary (inputs, outputs, views): fitted to
-    the one-stream programs of the 11 scheduler cases in H200 run q (2026-12-03, jax 0.12.0.1),
-    the predictions' mean |log error| fell from 0.94 to 0.19 there and from 0.66 to 0.25 on the
-    earlier run b (`tests/schedule/test_plan.py` rescoring both)."""
+    Fitted to H200 run f8 (2026-12-04, jax 0.12.0.1, bench/results/h200-2026-12-04f8-schedule.json):
+    XLA's time and thunky's on one and on four streams for the 11 scheduler cases, 33 times, mean
+    |log error| 0.24. Both executors pay a call (jax.jit's dispatch; thunky's program called through
+    its executable, schedule/direct.py) and a little per input or buffer crossing the program's
+    boundary; thunky launches each kernel from the host (a floor for a whole stage, shared by all
+    streams); XLA graph-captures its kernels. Overlapped bandwidth-bound branches are priced as
+    `contention`. Before direct.py, jax's Python dispatch made a thunky call cost ~40 µs plus ~9 µs per
+    buffer (the fit to run q, 2026-12-03), ~12 µs of host time per argument (run f6)."""
 
-    xla_kernel_s: float = 1.0e-6
-    thunky_kernel_s: float = 2.5e-6
-    thunky_call_s: float = 40e-6
-    region_s: float = 2e-6
-    buffer_s: float = 9e-6
-    sync_s: float = 4e-6
-    contention: float = 0.6
+    xla_kernel_s: float = 1.65e-6
+    xla_call_s: float = 13e-6
+    xla_input_s: float = 1.9e-6
+    thunky_kernel_s: float = 1.7e-6
+    thunky_call_s: float = 9.5e-6
+    region_s: float = 1.4e-6
+    buffer_s: float = 1.9e-6
+    sync_s: float = 2.4e-6
+    contention: float = 0.64
     light_s: float = 2e-6  # clusters cheaper than this join a neighbour instead of standing alone
     min_gain: float = 0.10  # `auto` wants this predicted gain (then measures) before using thunky
 
@@ -464,9 +466,10 @@ def _region(prog: Program, rid: int, ops: list[int], stage: int, stream: int, co
 def _predict(plan: Plan, profile: Profile, costs: StreamCosts) -> None:
     prog = plan.program
     compute = [op for op in prog.ops if not op.free]
-    plan.xla_s = sum(op.time_s + op.kernels * costs.xla_kernel_s for op in compute)
+    call = costs.xla_call_s + costs.xla_input_s * len(prog.inputs)  # jax.jit's dispatch, either mode
+    plan.xla_s = call + sum(op.time_s + op.kernels * costs.xla_kernel_s for op in compute)
     total = costs.thunky_call_s
-    plan.overlap_s = 0.0
+    plan.overlap_s = call
     for s in sorted({r.stage for r in plan.regions}):
         rs = [r for r in plan.regions if r.stage == s]
         host = sum(r.kernels for r in rs) * costs.thunky_kernel_s
