@@ -70,7 +70,9 @@ class DirectExecutor:
 def direct_executor(jitted: Callable, args: Sequence[Any]) -> DirectExecutor | None:
     """A DirectExecutor for `jitted` at the signature of `args` (concrete arrays), or None where
     the executable is not one it can call: several devices, ordered effects, state passed in or out,
-    constants passed as arguments, or jax internals other than those of jax 0.12."""
+    constants passed as arguments, jax's NaN/Inf checks on, or jax internals other than those of
+    jax 0.12. Its runs are not among those `jax.effects_barrier()` waits for; their outputs are
+    waited for as any array's."""
     try:
         from jax._src.array import ArrayImpl
         from jax._src.interpreters import pxla
@@ -86,6 +88,7 @@ def direct_executor(jitted: Callable, args: Sequence[Any]) -> DirectExecutor | N
             and len(run._local_devices) == 1
             and len(leaves) == len(args)
             and all(type(a) is ArrayImpl for a in leaves)
+            and not (jax.config.jax_debug_nans or jax.config.jax_debug_infs)  # jax checks outputs then
         )
         if not usable:
             return None

@@ -104,3 +104,8 @@ def test_thunky_program_waits_for_concrete_arrays_before_building():
     assert program._direct is None and not program._tried
     program(x)
     assert isinstance(program._direct, DirectExecutor)
+
+
+def test_no_executor_while_jax_checks_for_nans():
+    with jax.debug_nans(True):
+        assert direct_executor(_effectful(1), _args(1)) is None
