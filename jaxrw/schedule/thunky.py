@@ -93,8 +93,11 @@ def choose(
     thunky: bool | None = None,
     cuda: bool | None = None,
     costs: StreamCosts = H200_STREAMS,
+    measured: bool = False,
 ) -> Decision:
-    """Whether `mode` runs `plan` under thunky here. `thunky`/`cuda` override the detection (tests)."""
+    """Whether `mode` runs `plan` under thunky here. `thunky`/`cuda` override the detection (tests).
+    In "auto", `measured` says a timing will confirm it, so a smaller predicted gain will do
+    (`costs.trial_gain` instead of `costs.min_gain`)."""
     check_choice("schedule", mode, MODES)
     if mode == "xla":
         return Decision(False, "schedule='xla'")
@@ -122,12 +125,13 @@ def choose(
         return Decision(False, "no CUDA device")
     if plan is None or not plan.regions:
         return Decision(False, "nothing to schedule")
-    if plan.thunky_s < plan.xla_s * (1 - costs.min_gain):
+    gain = costs.trial_gain if measured else costs.min_gain
+    if plan.thunky_s < plan.xla_s * (1 - gain):
         return Decision(True, f"predicted {plan.predicted_speedup:.2f}x")
     return Decision(
         False,
-        f"predicted {plan.predicted_speedup:.2f}x, below the {1 / (1 - costs.min_gain):.2f}x "
-        "a schedule must promise",
+        f"predicted {plan.predicted_speedup:.2f}x, below the {1 / (1 - gain):.2f}x "
+        f"a schedule must promise{' to be timed' if measured else ''}",
     )
 
 
@@ -273,7 +277,7 @@ def schedule_program(
             log.debug("jaxrw: not scheduling %s: %s", _name(result_fn), e)
             return None
     check(plan)
-    decision = choose(mode, plan, costs=costs)
+    decision = choose(mode, plan, costs=costs, measured=measure)
     if not decision.use_thunky or not plan.regions:
         log.debug("jaxrw: XLA schedule for %s: %s", _name(result_fn), decision.reason)
         return None
@@ -408,7 +412,9 @@ def select(
     trial: dict[str, Callable] = {}
     final: dict[str, Callable[[], Callable]] = {}
     predicted: dict[str, float] = {}
-    thunky_decision = choose("auto", plan, costs=costs) if plan else Decision(False, unplanned)
+    thunky_decision = (
+        choose("auto", plan, costs=costs, measured=measure) if plan else Decision(False, unplanned)
+    )
     if plan and thunky_decision.use_thunky and plan.regions:
         trial["thunky"] = emit(plan, (), out_tree)
         final["thunky"] = lambda: Scheduled(emit(plan, donate, out_tree), plain, plan, thunky_decision)

@@ -78,6 +78,21 @@ def test_policy(thunky, cuda):
         assert isinstance(err.value, JaxrwError) and "schedule='auto'" in str(err.value)
 
 
+def test_auto_times_a_plan_predicted_near_parity():
+    # a timing confirms "auto"'s thunky program, so a plan predicted at parity is worth one; without
+    # a timing, the plan must promise min_gain
+    near = dataclasses.replace(_big_plan())
+    near.thunky_s = near.xla_s / 0.98
+    costs = sched_thunky.H200_STREAMS
+    assert choose("auto", near, thunky=True, cuda=True, measured=True).use_thunky
+    unmeasured = choose("auto", near, thunky=True, cuda=True)
+    assert not unmeasured.use_thunky and "1.11x a schedule must promise" in unmeasured.reason
+    far = dataclasses.replace(near)
+    far.thunky_s = far.xla_s / 0.9
+    timed = choose("auto", far, thunky=True, cuda=True, measured=True, costs=costs)
+    assert not timed.use_thunky and "to be timed" in timed.reason
+
+
 def test_unknown_mode():
     with pytest.raises(JaxrwError, match="valid"):
         choose("fast")
