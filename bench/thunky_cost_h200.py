@@ -2,8 +2,8 @@
 
     python bench/thunky_cost_h200.py [--n 1 4 16 64 192] [--json PATH]     # jax >= 0.12, CUDA
 
-The planner prices a thunky call at ~40 µs plus ~9 µs per buffer crossing its boundary, fitted to
-whole scheduler programs (StreamCosts). This separates the terms on one kernel's worth of work:
+The planner priced a thunky call at ~40 µs plus ~9 µs per buffer crossing its boundary, fitted to
+whole scheduler programs (StreamCosts, run q). This separates the terms on one kernel's worth of work:
 N small float32 inputs (64 x 64) summed into one output, as
 - `xla`: jax.jit of the sum;
 - `args`: one `call_jax` region reading the N inputs, passed to `thunky.jit` as N arrays (as
