@@ -34,7 +34,6 @@ class DirectExecutor:
     are not jax arrays matching the compiled ones, for the caller to use the jitted function."""
 
     def __init__(self, compiled: Any, run: Any, avals: Sequence[Any], sharding: Any, array_type: type):
-        self._run = run
         self._array_type = array_type  # jax's concrete array class: tracers and numpy are not it
         self._execute = run.xla_executable.execute_sharded
         self._with_tokens = bool(run.has_unordered_effects or run.has_host_callbacks)
