@@ -71,10 +71,11 @@ class StreamCosts:
     contention: float = 0.64
     light_s: float = 2e-6  # clusters cheaper than this join a neighbour instead of standing alone
     min_gain: float = 0.10  # `auto` unmeasured wants this predicted gain before using thunky
-    # `auto` times the thunky program against XLA (using it only when measured faster) from this
-    # predicted gain: these costs miss the measured times by 24% on average (run f8), and there the
-    # planner's two streams predicted 1.06x ran 1.48x (f9)
-    trial_gain: float = -0.05
+    # `auto` times a plan of two or more streams against XLA (using it only when measured faster)
+    # from this predicted gain: these costs miss the measured times by 24% on average (run f8), and
+    # there the planner's two streams predicted 1.06x ran 1.48x (f9). One-stream plans still need
+    # min_gain: nothing runs alongside, and each trial is a compilation
+    trial_gain: float = 0.0
 
 
 H200_STREAMS = StreamCosts()

@@ -78,19 +78,22 @@ def test_policy(thunky, cuda):
         assert isinstance(err.value, JaxrwError) and "schedule='auto'" in str(err.value)
 
 
-def test_auto_times_a_plan_predicted_near_parity():
-    # a timing confirms "auto"'s thunky program, so a plan predicted at parity is worth one; without
-    # a timing, the plan must promise min_gain
+def test_auto_times_a_plan_of_streams_predicted_at_parity():
+    # a timing confirms "auto"'s thunky program, so a plan of several streams predicted at parity is
+    # worth one; without a timing, or on one stream, the plan must promise min_gain
     near = dataclasses.replace(_big_plan())
-    near.thunky_s = near.xla_s / 0.98
-    costs = sched_thunky.H200_STREAMS
+    assert near.streams > 1
+    near.thunky_s = near.xla_s / 1.01
     assert choose("auto", near, thunky=True, cuda=True, measured=True).use_thunky
     unmeasured = choose("auto", near, thunky=True, cuda=True)
     assert not unmeasured.use_thunky and "1.11x a schedule must promise" in unmeasured.reason
-    far = dataclasses.replace(near)
-    far.thunky_s = far.xla_s / 0.9
-    timed = choose("auto", far, thunky=True, cuda=True, measured=True, costs=costs)
-    assert not timed.use_thunky and "to be timed" in timed.reason
+    below = dataclasses.replace(near)
+    below.thunky_s = below.xla_s / 0.97
+    timed = choose("auto", below, thunky=True, cuda=True, measured=True)
+    assert not timed.use_thunky and "1.00x a schedule must promise to be timed" in timed.reason
+    one = _setup(cell, 1)[0]
+    one.thunky_s = one.xla_s / 1.05
+    assert one.streams == 1 and not choose("auto", one, thunky=True, cuda=True, measured=True).use_thunky
 
 
 def test_unknown_mode():
