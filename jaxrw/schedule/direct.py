@@ -31,7 +31,7 @@ class DirectExecutor:
     """The compiled executable of a jitted function for one argument signature, called directly.
 
     `__call__` returns the function's outputs (its output pytree), or `None` when the arguments
-    are not jax arrays matching the compiled ones, for the caller to use the jitted function."""
+    are not live jax arrays matching the compiled ones, for the caller to use the jitted function."""
 
     def __init__(self, compiled: Any, run: Any, avals: Sequence[Any], sharding: Any, array_type: type):
         self._array_type = array_type  # jax's concrete array class: tracers and numpy are not it
@@ -54,6 +54,7 @@ class DirectExecutor:
                 or a.shape != shape
                 or a.dtype != dtype
                 or a.sharding != self._sharding
+                or a.is_deleted()  # jax.jit says so in its own words
             ):
                 return None
         bufs = list(args) if self._all_kept else [args[i] for i in self._kept]

@@ -61,6 +61,9 @@ def test_arguments_it_cannot_take_return_none():
     assert direct(args[0]) is None  # wrong count
     assert direct(args[0], jnp.zeros((3, 6), jnp.float32)) is None  # wrong shape
     assert direct(args[0], args[1].astype(jnp.float16)) is None  # wrong dtype
+    gone = jnp.array(args[0])
+    gone.delete()
+    assert direct(gone, args[1]) is None  # deleted (donated): jax.jit's own error follows
 
 
 def test_no_executor_for_ordered_effects_or_non_arrays():
