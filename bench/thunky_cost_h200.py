@@ -91,24 +91,28 @@ def variants(n: int) -> dict:
         kernel(*xs, out)
         return out[...]
 
-    views_jit = jax.jit(lambda p: through(views_k, p))
-    pack = jax.jit(lambda *xs: jnp.concatenate([x.reshape(-1) for x in xs]))
+    def pack(*xs):
+        return jnp.concatenate([x.reshape(-1) for x in xs])
 
-    def concat_views(*xs):
-        return through(views_k, jnp.concatenate([x.reshape(-1) for x in xs]))
+    def total(xs):
+        return sum(xs[1:], xs[0])
 
+    views = jax.jit(lambda p: through(views_k, p))
+    args = jax.jit(lambda *xs: through(args_k, *xs))
+    empty_params = jax.jit(lambda *xs: through(empty_k), keep_unused=True)
+    pack_jit = jax.jit(pack)
     return {
-        "xla": jax.jit(lambda *xs: sum(xs[1:], xs[0])),
-        "args": jax.jit(lambda *xs: through(args_k, *xs)),
-        "views": jax.jit(lambda p: through(views_k, p)),
+        "xla": jax.jit(lambda *xs: total(xs)),
+        "args": args,
+        "views": views,
         "one_view": jax.jit(lambda p: through(one_k, p)),
-        "concat+views": jax.jit(concat_views),
+        "concat+views": jax.jit(lambda *xs: through(views_k, pack(*xs))),
         "empty": jax.jit(lambda: through(empty_k)),
-        "empty+params": jax.jit(lambda *xs: through(empty_k), keep_unused=True),
-        "views+xla": jax.jit(lambda p, *xs: (through(views_k, p), sum(xs[1:], xs[0]))[0]),
-        "pack_apart": lambda *xs: views_jit(pack(*xs)),
-        "args direct": ThunkyProgram(jax.jit(lambda *xs: through(args_k, *xs))),
-        "empty+params direct": ThunkyProgram(jax.jit(lambda *xs: through(empty_k), keep_unused=True)),
+        "empty+params": empty_params,
+        "views+xla": jax.jit(lambda p, *xs: (through(views_k, p), total(xs))[0]),
+        "pack_apart": lambda *xs: views(pack_jit(*xs)),
+        "args direct": ThunkyProgram(args),  # the same executables, called without jax's dispatch
+        "empty+params direct": ThunkyProgram(empty_params),
     }
 
 
