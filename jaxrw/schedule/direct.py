@@ -24,7 +24,7 @@ from .. import compat
 
 log = logging.getLogger("jaxrw")
 
-__all__ = ["DirectExecutor", "ThunkyProgram", "direct_executor"]
+__all__ = ["DirectExecutor", "ThunkyProgram", "direct_executor", "why_not_direct"]
 
 
 class DirectExecutor:
@@ -69,34 +69,48 @@ class DirectExecutor:
 
 def direct_executor(jitted: Callable, args: Sequence[Any]) -> DirectExecutor | None:
     """A DirectExecutor for `jitted` at the signature of `args` (concrete arrays), or None where
-    the executable is not one it can call: several devices, ordered effects, state passed in or out,
-    constants passed as arguments, jax's NaN/Inf checks on, or jax internals other than those of
-    jax 0.12. Its runs are not among those `jax.effects_barrier()` waits for; their outputs are
-    waited for as any array's."""
+    the executable is not one it can call (`why_not_direct` says why)."""
+    return _build(jitted, args)[0]
+
+
+def why_not_direct(jitted: Callable, args: Sequence[Any]) -> str | None:
+    """Why `direct_executor` gives None for these arguments (None when it gives an executor)."""
+    return _build(jitted, args)[1]
+
+
+def _build(jitted: Callable, args: Sequence[Any]) -> tuple[DirectExecutor | None, str | None]:
+    """(the executor, None) or (None, why not): several devices, ordered effects, state passed in or
+    out, constants passed as arguments, arguments that are not jax arrays, jax's NaN/Inf checks on,
+    or jax internals other than those of jax 0.12. Its runs are not among those
+    `jax.effects_barrier()` waits for; their outputs are waited for as any array's."""
     try:
         from jax._src.array import ArrayImpl
         from jax._src.interpreters import pxla
 
+        if jax.config.jax_debug_nans or jax.config.jax_debug_infs:  # jax checks outputs then
+            return None, "jax's NaN/Inf checks are on"
+        leaves = jax.tree_util.tree_leaves(args)
+        if len(leaves) != len(args) or not all(type(a) is ArrayImpl for a in leaves):
+            return None, "arguments other than jax arrays"
         compiled = jitted.lower(*args).compile()  # type: ignore[attr-defined]
         run = compiled._executable.unsafe_call
-        leaves = jax.tree_util.tree_leaves(args)
-        usable = (
-            isinstance(run, pxla.ExecuteReplicated)
-            and not run.ordered_effects
-            and run.mut is None
-            and not compiled._params.const_args
-            and len(run._local_devices) == 1
-            and len(leaves) == len(args)
-            and all(type(a) is ArrayImpl for a in leaves)
-            and not (jax.config.jax_debug_nans or jax.config.jax_debug_infs)  # jax checks outputs then
-        )
-        if not usable:
-            return None
+        refused = [
+            (not isinstance(run, pxla.ExecuteReplicated), f"an executable of {type(run).__name__}"),
+            (bool(getattr(run, "ordered_effects", None)), "ordered effects"),
+            (getattr(run, "mut", None) is not None, "state passed in or out"),
+            (
+                bool(compiled._params.const_args),
+                f"{len(compiled._params.const_args)} constants passed as arguments",
+            ),
+            (len(run._local_devices) != 1, f"{len(run._local_devices)} devices"),
+        ]
+        why = [text for bad, text in refused if bad]
+        if why:
+            return None, why[0]
         sharding = jax.sharding.SingleDeviceSharding(run._local_devices[0])
-        return DirectExecutor(compiled, run, [jax.typeof(a) for a in args], sharding, ArrayImpl)
+        return DirectExecutor(compiled, run, [jax.typeof(a) for a in args], sharding, ArrayImpl), None
     except Exception as e:  # noqa: BLE001 - internals differ: the jitted function serves
-        log.debug("jaxrw: no direct executor (%s: %s)", type(e).__name__, e)
-        return None
+        return None, f"{type(e).__name__}: {e}"
 
 
 def _concrete(a: Any) -> bool:
@@ -114,6 +128,7 @@ class ThunkyProgram:
         self.__name__ = getattr(jitted, "__name__", "jaxrw_scheduled")
         self._direct: DirectExecutor | None = None
         self._tried = False
+        self.why_not_direct: str | None = None  # why its first concrete call built no executor
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         return self.jitted.lower(*args, **kwargs)  # type: ignore[attr-defined]
@@ -122,7 +137,11 @@ class ThunkyProgram:
         direct = self._direct
         if direct is None and not self._tried and all(_concrete(a) for a in args):
             self._tried = True
-            direct = self._direct = direct_executor(self.jitted, args)
+            direct, why = _build(self.jitted, args)
+            self._direct = direct
+            if why is not None:  # each call pays jax's Python dispatch, ~12 µs per argument
+                self.why_not_direct = why
+                log.info("jaxrw: %s runs through jax's dispatch: %s", self.__name__, why)
         if direct is not None:
             out = direct(*args)
             if out is not None:

@@ -4,13 +4,15 @@ io_callback stands in for thunky's effectful custom call (same dispatch path in 
 
 from __future__ import annotations
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import io_callback
 
-from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram, direct_executor
+from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram, direct_executor, why_not_direct
 
 
 def _effectful(n_args: int):
@@ -69,7 +71,20 @@ def test_arguments_it_cannot_take_return_none():
 def test_no_executor_for_ordered_effects_or_non_arrays():
     ordered = jax.jit(lambda x: (io_callback(lambda: None, None, ordered=True), x + 1)[1])
     assert direct_executor(ordered, _args(1)) is None
+    assert why_not_direct(ordered, _args(1)) == "ordered effects"
     assert direct_executor(_effectful(1), [np.ones((3, 5), np.float32)]) is None
+    assert why_not_direct(_effectful(1), [np.ones((3, 5), np.float32)]) == "arguments other than jax arrays"
+    assert why_not_direct(_effectful(1), _args(1)) is None
+
+
+def test_thunky_program_says_why_it_has_no_executor(caplog):
+    ordered = jax.jit(lambda x: (io_callback(lambda: None, None, ordered=True), x + 1)[1])
+    program = ThunkyProgram(ordered)
+    (x,) = _args(1)
+    with caplog.at_level(logging.INFO, logger="jaxrw"):
+        np.testing.assert_allclose(np.asarray(program(x)), np.asarray(x) + 1)
+    assert program._direct is None and program.why_not_direct == "ordered effects"
+    assert "runs through jax's dispatch: ordered effects" in caplog.text
 
 
 def test_donated_argument_is_consumed():
@@ -112,3 +127,4 @@ def test_thunky_program_waits_for_concrete_arrays_before_building():
 def test_no_executor_while_jax_checks_for_nans():
     with jax.debug_nans(True):
         assert direct_executor(_effectful(1), _args(1)) is None
+        assert why_not_direct(_effectful(1), _args(1)) == "jax's NaN/Inf checks are on"
