@@ -415,14 +415,20 @@ def select(
     thunky_decision = (
         choose("auto", plan, costs=costs, measured=measure) if plan else Decision(False, unplanned)
     )
+    # with nothing donated the program timed is the program kept: compiled again, it could run
+    # apart from what was measured (auto's thunky pick for experts_equal, measured 1.10x, ran
+    # 0.85x in H200 run g3 and 1.36x in g6), and a thunky compilation took 18 s there
     if plan and thunky_decision.use_thunky and plan.regions:
-        trial["thunky"] = emit(plan, (), out_tree)
-        final["thunky"] = lambda: Scheduled(emit(plan, donate, out_tree), plain, plan, thunky_decision)
+        timed = trial["thunky"] = emit(plan, (), out_tree)
+        emitted = (lambda: timed) if not donate else (lambda: emit(plan, donate, out_tree))
+        final["thunky"] = lambda: Scheduled(emitted(), plain, plan, thunky_decision)
         predicted["thunky"] = plan.thunky_s
     if concurrent_xla:  # XLA's command-buffer modes: no plan predicts host launch time; measured
         for mode in XLA_MODES:
             trial[mode] = jit_mode(fn, mode)
-            final[mode] = functools.partial(jit_mode, fn, mode, donate)
+            final[mode] = (
+                (lambda f=trial[mode]: f) if not donate else functools.partial(jit_mode, fn, mode, donate)
+            )
         if plan and plan.overlap_s < plan.xla_s * (1 - costs.min_gain):
             predicted["xla-concurrent"] = plan.overlap_s
     if not measure:

@@ -262,6 +262,33 @@ def test_auto_follows_predictions_without_measuring(monkeypatch):
     np.testing.assert_allclose(plain(*args), fn(*args), rtol=1e-5)
 
 
+@pytest.mark.parametrize("donate", [(), (0,)])
+def test_auto_keeps_the_very_program_it_timed_unless_inputs_are_donated(monkeypatch, donate):
+    # compiled again, a pick could run apart from what was measured (H200 run g3: measured 1.10x,
+    # ran 0.85x); timed on the caller's inputs, a donating program cannot be the one timed
+    _pretend_cuda(monkeypatch)
+    seen = {}
+
+    def pick(base, trial, specs, name, **kw):
+        seen.update(trial)
+        return "thunky", 1.3
+
+    monkeypatch.setattr(sched_thunky, "pick_fastest", pick)
+    fn, args, _ = cell(np.random.default_rng(0))
+    sel = sched_thunky.select(fn, specs_of(args), donate, SLOW, concurrent_xla=True)
+    assert sel.choice == "thunky" and isinstance(sel.fn, Scheduled)
+    assert (sel.fn.fast is seen["thunky"]) == (not donate)
+
+    def pick_mode(base, trial, specs, name, **kw):
+        seen.update(trial)
+        return "xla-graphs", 1.2
+
+    monkeypatch.setattr(sched_thunky, "pick_fastest", pick_mode)
+    sel = sched_thunky.select(fn, specs_of(args), donate, SLOW)
+    assert sel.choice == "xla-graphs" and (sel.fn is seen["xla-graphs"]) == (not donate)
+    np.testing.assert_allclose(sel.fn(*args), fn(*args), rtol=1e-5)
+
+
 def test_forced_streams_keep_to_xla_peak_memory(monkeypatch):
     # the planner's streams compiled to more peak memory than jax.jit's program (on the H200:
     # experts_medium_4, two streams 502 MiB, XLA 462): one stream instead, and the reason says so
