@@ -226,14 +226,15 @@ def test_forced_stream_plans_match_jit_on_gpu(k):
 def test_emitted_program_runs_through_its_executable_on_gpu():
     # jax's Python dispatch would cost ~12 µs per argument here (schedule/direct.py); the emitted
     # program calls its executable directly from its first call on, with jax.jit's results
-    plan, fn, args, specs, donate, tree = _setup(experts_packed, 2)
+    plan, fn, host_args, specs, donate, tree = _setup(experts_packed, 2)
+    args = [jnp.asarray(a) for a in host_args]  # numpy arguments would go to jax.jit (it places them)
     program = emit(plan, (), tree)
     want = jax.jit(fn)(*args)
     for _ in range(2):
         got = program(*args)
         for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
             np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-5)
-    assert program._direct is not None
+    assert program._direct is not None, program.why_not_direct
 
 
 # -- auto on CUDA, simulated here ----------------------------------------------------------------
