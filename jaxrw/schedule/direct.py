@@ -121,19 +121,26 @@ class ThunkyProgram:
     """An emitted plan: its jitted function, called through a DirectExecutor (direct.py) for the
     signature of its first concrete call. jax would send every call down its Python dispatch path
     (a thunky program has effects), ~12 µs of host time per argument on the H200 host. Traced
-    calls, other signatures and arguments the executor cannot take go to the jitted function."""
+    calls, other signatures and arguments the executor cannot take go to the jitted function.
+    `bound`: arrays appended to every call's arguments (the program's large constants, emit.py)."""
 
-    def __init__(self, jitted: Callable[..., Any]):
+    def __init__(self, jitted: Callable[..., Any], bound: Sequence[Any] = ()):
         self.jitted = jitted
+        self.bound = tuple(bound)
+        # memory_analysis() counts them as arguments; jax.jit keeps a function's constants in its
+        # executable, where it counts them not at all (timing.peak_bytes compares the two)
+        self.bound_bytes = sum(int(b.nbytes) for b in self.bound)
         self.__name__ = getattr(jitted, "__name__", "jaxrw_scheduled")
         self._direct: DirectExecutor | None = None
         self._tried = False
         self.why_not_direct: str | None = None  # why its first concrete call built no executor
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
-        return self.jitted.lower(*args, **kwargs)  # type: ignore[attr-defined]
+        return self.jitted.lower(*args, *self.bound, **kwargs)  # type: ignore[attr-defined]
 
     def __call__(self, *args: Any) -> Any:
+        if self.bound:
+            args = (*args, *self.bound)
         direct = self._direct
         if direct is None and not self._tried and all(_concrete(a) for a in args):
             self._tried = True

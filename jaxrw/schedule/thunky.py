@@ -1,9 +1,7 @@
-"""Emit a Plan as a `thunky.jit` program the user calls like a function, and the policy choosing it.
+"""Run a Plan under thunky in place of XLA's schedule, and the policy choosing it.
 
-The emitted function is one `jax.jit`: fresh Refs for the outputs (donated inputs become Refs that
-hold an output in place), one `thunky.jit` body that runs the plan's steps (`call_jax` per region on
-views of the buffers; `async_start`/`async_done` for side streams), and the outputs read back;
-called through its compiled executable directly (direct.py), not jax's Python dispatch.
+The plan is emitted as a function of the flat inputs (emit.py) and called through its compiled
+executable directly (direct.py), not jax's Python dispatch.
 `choose` is the policy: "xla" never uses thunky; "streams" always does and raises where it cannot;
 "auto" uses it only on CUDA with thunky present and a predicted gain, confirmed by a measurement.
 `select` (behind `apply(mode="auto")`) also weighs XLA's own command-buffer modes (xla_modes.py:
@@ -20,12 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from .. import compat
 from ..errors import check_choice
 from ..rewrite.profiles import Profile, default_profile
 from .direct import ThunkyProgram
+from .emit import emit
 from .plan import H200_STREAMS, Plan, ScheduleError, ScheduleUnavailableError, StreamCosts, plan_program
 from .program import build_program
 from .timing import MEASURED_MARGIN, PEAK_ALLOWANCE_BYTES, peak_bytes, pick_fastest
@@ -133,99 +131,6 @@ def choose(
         f"predicted {plan.predicted_speedup:.2f}x, below the {1 / (1 - gain):.2f}x "
         f"a schedule must promise{' to be timed' if measured else ''}",
     )
-
-
-# -- emission -------------------------------------------------------------------------------------
-
-
-def _layout(plan: Plan) -> tuple[list[str], list[str], list[str], set[str]]:
-    """Storage names in argument order: inputs read, outputs, arenas; and inputs that host outputs."""
-    used = {b.slot.storage for b in plan.buffers.values()}
-    st = plan.storages
-    ins = sorted((n for n in used if st[n].kind == "input"), key=lambda n: st[n].index)
-    outs = sorted((n for n in used if st[n].kind == "output"), key=lambda n: st[n].index)
-    arenas = sorted(n for n in used if st[n].kind == "arena")
-    hosted = {b.slot.storage for b in plan.buffers.values() if b.kind == "donated"}
-    return ins, outs, arenas, hosted
-
-
-def _kernel(plan: Plan) -> Callable[..., None]:
-    """The `thunky.jit` body: arguments are the input storages, output storages (Refs), then arenas."""
-    from jax.experimental import thunky
-
-    prog = plan.program
-    ins, outs, arenas, _ = _layout(plan)
-    names = ins + outs + arenas
-    regions = {r.id: r for r in plan.regions}
-
-    def body(*refs: Any) -> None:
-        base = dict(zip(names, refs, strict=True))
-
-        def ref(v: int) -> Any:
-            s = plan.buffers[v].slot
-            st = plan.storages[s.storage]
-            b = base[s.storage]
-            if s.offset == 0 and s.shape == st.shape:
-                return b
-            flat = b if len(st.shape) == 1 else b.reshape(st.size)
-            view = flat.at[s.offset : s.offset + s.size]  # an integer index would be traced
-            return view if len(s.shape) == 1 else view.reshape(*s.shape)
-
-        def run(rid: int) -> None:
-            r = regions[rid]
-            compute = prog.compute_fn(r.ops, r.reads, r.writes)
-            n = len(r.reads)
-
-            def region(*rs: Any) -> None:
-                vals = compute(*[x[...] for x in rs[:n]])
-                for o, val in zip(rs[n:], vals, strict=True):
-                    o[...] = val
-
-            region.__name__ = f"jaxrw_region_{rid}"
-            thunky.call_jax(region, *[ref(v) for v in r.reads], *[ref(v) for v in r.writes])
-
-        tokens: dict[int, Any] = {}
-        for step in plan.steps:
-            if step.kind == "run":
-                run(step.regions[0])
-            elif step.kind == "start":
-
-                def task(rids: tuple[int, ...] = step.regions) -> None:
-                    for rid in rids:
-                        run(rid)
-
-                tokens[step.event] = thunky.async_start(task, stream_id=step.stream - 1)
-            else:
-                thunky.async_done(tokens.pop(step.event))
-
-    scratch = tuple(jax.ShapeDtypeStruct(plan.storages[n].shape, plan.storages[n].dtype) for n in arenas)
-    return thunky.jit(body, scratch_shapes=scratch)
-
-
-def emit(plan: Plan, donate: Sequence[int] = (), out_tree: Any = None) -> ThunkyProgram:
-    """The plan as a function of the flat inputs returning the flat outputs (a list, or `out_tree`
-    unflattened): a ThunkyProgram around one jax.jit. Tracing it works anywhere thunky imports;
-    running it needs CUDA."""
-    prog = plan.program
-    ins, outs, _arenas, hosted = _layout(plan)
-    kernel = _kernel(plan)
-    storages = plan.storages
-
-    def scheduled(*args: Any) -> Any:
-        in_refs = [
-            jax.new_ref(args[storages[n].index]) if n in hosted else args[storages[n].index] for n in ins
-        ]
-        out_refs = [jax.new_ref(jnp.empty(storages[n].shape, storages[n].dtype)) for n in outs]
-        kernel(*in_refs, *out_refs)
-        held = dict(zip(ins, in_refs, strict=True)) | dict(zip(outs, out_refs, strict=True))
-        result = [
-            held[plan.out_storage[j]][...] if j in plan.out_storage else jnp.asarray(prog.outside(v, args))
-            for j, v in enumerate(prog.outputs)
-        ]
-        return result if out_tree is None else jax.tree_util.tree_unflatten(out_tree, result)
-
-    scheduled.__name__ = "jaxrw_scheduled"
-    return ThunkyProgram(jax.jit(scheduled, donate_argnums=tuple(donate)))
 
 
 class Scheduled:

@@ -1,0 +1,143 @@
+"""Emit a Plan as a `thunky.jit` program the user calls like a function of the flat inputs.
+
+The emitted function is one `jax.jit`: fresh Refs for the outputs (donated inputs become Refs that
+hold an output in place), one `thunky.jit` body that runs the plan's steps (`call_jax` per region on
+views of the buffers; `async_start`/`async_done` for side streams), and the outputs read back.
+
+The program's large constants (weights closed over, or folded when it was optimized) are passed as
+buffers, not captured by the regions: thunky compiles each region with its constants embedded in
+the code (`hoist_constants_as_args=False`), which for experts_equal's 128 MiB of weights took
+18-20 s on the H200 against 2-4 s for jax.jit (bench/README.md, fifteenth lease). The
+`ThunkyProgram` holds them and appends them to every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .direct import ThunkyProgram
+from .plan import Plan
+
+__all__ = ["emit", "BOUND_CONSTANT_BYTES"]
+
+# constants of at least this many bytes are passed as buffers; smaller ones stay in the regions'
+# code, where XLA can fold them (a scalar, a small table)
+BOUND_CONSTANT_BYTES = 1 << 16
+
+
+def _layout(plan: Plan) -> tuple[list[str], list[str], list[str], set[str]]:
+    """Storage names in argument order: inputs read, outputs, arenas; and inputs that host outputs."""
+    used = {b.slot.storage for b in plan.buffers.values()}
+    st = plan.storages
+    ins = sorted((n for n in used if st[n].kind == "input"), key=lambda n: st[n].index)
+    outs = sorted((n for n in used if st[n].kind == "output"), key=lambda n: st[n].index)
+    arenas = sorted(n for n in used if st[n].kind == "arena")
+    hosted = {b.slot.storage for b in plan.buffers.values() if b.kind == "donated"}
+    return ins, outs, arenas, hosted
+
+
+def bound_constants(plan: Plan) -> list[int]:
+    """The program's constants that regions read and that are passed as buffers, in value order."""
+    prog = plan.program
+    read = {
+        a
+        for r in plan.regions
+        for i in r.ops
+        for a in prog.ops[i].ins
+        if isinstance(a, int) and a in prog.consts
+    }
+    return sorted(c for c in read if np.asarray(prog.consts[c]).nbytes >= BOUND_CONSTANT_BYTES)
+
+
+def _kernel(plan: Plan, bound: Sequence[int]) -> Callable[..., None]:
+    """The `thunky.jit` body: arguments are the input storages, output storages (Refs), the bound
+    constants, then arenas."""
+    from jax.experimental import thunky
+
+    prog = plan.program
+    ins, outs, arenas, _ = _layout(plan)
+    names = ins + outs
+    regions = {r.id: r for r in plan.regions}
+    reads = {r.id: {a for i in r.ops for a in prog.ops[i].ins if isinstance(a, int)} for r in plan.regions}
+    used = {rid: [c for c in bound if c in vals] for rid, vals in reads.items()}
+
+    def body(*refs: Any) -> None:
+        base = dict(zip(names + arenas, refs[: len(names)] + refs[len(names) + len(bound) :], strict=True))
+        consts = dict(zip(bound, refs[len(names) : len(names) + len(bound)], strict=True))
+
+        def ref(v: int) -> Any:
+            s = plan.buffers[v].slot
+            st = plan.storages[s.storage]
+            b = base[s.storage]
+            if s.offset == 0 and s.shape == st.shape:
+                return b
+            flat = b if len(st.shape) == 1 else b.reshape(st.size)
+            view = flat.at[s.offset : s.offset + s.size]  # an integer index would be traced
+            return view if len(s.shape) == 1 else view.reshape(*s.shape)
+
+        def run(rid: int) -> None:
+            r = regions[rid]
+            reads = [*r.reads, *used[rid]]  # a constant read is a value like any other here
+            compute = prog.compute_fn(r.ops, reads, r.writes)
+            n = len(reads)
+
+            def region(*rs: Any) -> None:
+                vals = compute(*[x[...] for x in rs[:n]])
+                for o, val in zip(rs[n:], vals, strict=True):
+                    o[...] = val
+
+            region.__name__ = f"jaxrw_region_{rid}"
+            read_refs = [ref(v) for v in r.reads] + [consts[c] for c in used[rid]]
+            thunky.call_jax(region, *read_refs, *[ref(v) for v in r.writes])
+
+        tokens: dict[int, Any] = {}
+        for step in plan.steps:
+            if step.kind == "run":
+                run(step.regions[0])
+            elif step.kind == "start":
+
+                def task(rids: tuple[int, ...] = step.regions) -> None:
+                    for rid in rids:
+                        run(rid)
+
+                tokens[step.event] = thunky.async_start(task, stream_id=step.stream - 1)
+            else:
+                thunky.async_done(tokens.pop(step.event))
+
+    scratch = tuple(jax.ShapeDtypeStruct(plan.storages[n].shape, plan.storages[n].dtype) for n in arenas)
+    return thunky.jit(body, scratch_shapes=scratch)
+
+
+def emit(plan: Plan, donate: Sequence[int] = (), out_tree: Any = None) -> ThunkyProgram:
+    """The plan as a function of the flat inputs returning the flat outputs (a list, or `out_tree`
+    unflattened): a ThunkyProgram around one jax.jit, which takes the bound constants after the
+    inputs. Tracing it works anywhere thunky imports; running it needs CUDA."""
+    prog = plan.program
+    ins, outs, _arenas, hosted = _layout(plan)
+    bound = bound_constants(plan)
+    kernel = _kernel(plan, bound)
+    storages = plan.storages
+    n_in = len(prog.inputs)
+
+    def scheduled(*args: Any) -> Any:
+        args, consts = args[:n_in], args[n_in:]
+        in_refs = [
+            jax.new_ref(args[storages[n].index]) if n in hosted else args[storages[n].index] for n in ins
+        ]
+        out_refs = [jax.new_ref(jnp.empty(storages[n].shape, storages[n].dtype)) for n in outs]
+        kernel(*in_refs, *out_refs, *consts)
+        held = dict(zip(ins, in_refs, strict=True)) | dict(zip(outs, out_refs, strict=True))
+        result = [
+            held[plan.out_storage[j]][...] if j in plan.out_storage else jnp.asarray(prog.outside(v, args))
+            for j, v in enumerate(prog.outputs)
+        ]
+        return result if out_tree is None else jax.tree_util.tree_unflatten(out_tree, result)
+
+    scheduled.__name__ = "jaxrw_scheduled"
+    values = [jnp.asarray(prog.consts[c]) for c in bound]  # on the device once, not per call
+    return ThunkyProgram(jax.jit(scheduled, donate_argnums=tuple(donate)), bound=values)

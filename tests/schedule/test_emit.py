@@ -1,0 +1,112 @@
+"""Emission of a program's large constants: passed to the regions as buffers (bound to the
+ThunkyProgram), small ones left in the regions' code; results, memory and the dialect lowering."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+from jaxrw.rewrite.profiles import H200
+from jaxrw.schedule import emit, lower_to_dialect, plan_program
+from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram
+from jaxrw.schedule.emit import BOUND_CONSTANT_BYTES, bound_constants
+from jaxrw.schedule.timing import peak_bytes
+
+RNG = np.random.default_rng(0)
+BIG = RNG.standard_normal((4, 128, 128)).astype(np.float32)  # 256 KiB: passed as a buffer
+SMALL = RNG.standard_normal((8,)).astype(np.float32)  # 32 bytes: stays in the region's code
+
+
+def _experts(x):
+    """Four experts with closed-over weights, two independent branches of work."""
+    ys = [jnp.tanh(x[i] @ BIG[i]) + jnp.asarray(SMALL).sum() for i in range(4)]
+    return [jnp.stack(ys), x.sum(0) * 0.5]
+
+
+def _plan(k: int = 2):
+    specs = [jax.ShapeDtypeStruct((4, 16, 128), jnp.float32)]
+    closed = jax.make_jaxpr(_experts)(*specs)
+    return plan_program(closed, H200, streams=k), specs
+
+
+def _call_jax_inputs(jaxpr) -> list[int]:
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "thunky.call_jax":
+            found.append(len(eqn.invars))
+        for body in eqn.params.values():  # nested bodies: thunky.jit, async_start, ...
+            inner = getattr(body, "jaxpr", body)
+            if hasattr(inner, "eqns"):
+                found += _call_jax_inputs(inner)
+    return found
+
+
+def test_large_constants_are_bound_and_small_ones_stay():
+    plan, specs = _plan()
+    bound = bound_constants(plan)
+    sizes = sorted(np.asarray(plan.program.consts[c]).nbytes for c in bound)
+    assert sizes and all(s >= BOUND_CONSTANT_BYTES for s in sizes)
+    assert sum(sizes) >= BIG.nbytes  # BIG (or the slices of it the program reads) is bound
+    program = emit(plan)
+    assert len(program.bound) == len(bound) and program.bound_bytes == sum(sizes)
+    small = [c for c in plan.program.consts if c not in bound]
+    assert small and all(np.asarray(plan.program.consts[c]).nbytes < BOUND_CONSTANT_BYTES for c in small)
+
+
+def test_regions_read_bound_constants_as_buffers():
+    plan, specs = _plan()
+    bound = set(bound_constants(plan))
+    closed = jax.make_jaxpr(emit(plan))(*specs)
+    counts = _call_jax_inputs(closed.jaxpr)
+    assert len(counts) == len(plan.regions)
+    prog = plan.program
+    want = sum(
+        len(r.reads)
+        + len(r.writes)
+        + len({a for i in r.ops for a in prog.ops[i].ins if isinstance(a, int) and a in bound})
+        for r in plan.regions
+    )
+    assert sum(counts) == want
+    # the bound arrays are arguments of the traced program, not constants hidden in a region
+    assert any(np.shape(c) == np.shape(plan.program.consts[b]) for c in closed.consts for b in bound)
+
+
+def test_emitted_program_with_bound_constants_lowers_to_the_dialect():
+    plan, specs = _plan(k=2)
+    text = lower_to_dialect(plan, specs, compile_regions=True)
+    assert "func.func @main" in text and text.count("thunky.async_start") == sum(
+        s.kind == "start" for s in plan.steps
+    )
+    outs = jax.eval_shape(emit(plan), *specs)
+    want = jax.eval_shape(_experts, *specs)
+    assert [(o.shape, o.dtype) for o in outs] == [(w.shape, w.dtype) for w in want]
+
+
+def _effectful_with_weights(x, w):
+    io_callback(lambda: None, None, ordered=False)  # as a thunky program: no C++ fast path
+    return [jnp.tanh(x @ w)]
+
+
+def test_bound_arrays_are_appended_to_every_call_and_direct_calls():
+    w = jnp.asarray(BIG[0])
+    program = ThunkyProgram(jax.jit(_effectful_with_weights), bound=[w])
+    x = jnp.asarray(RNG.standard_normal((16, 128)).astype(np.float32))
+    want = np.tanh(np.asarray(x, np.float64) @ np.asarray(w, np.float64))
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(program(x)[0], np.float64), want, rtol=1e-4, atol=1e-5)
+    assert isinstance(program._direct, DirectExecutor)
+    traced = jax.jit(lambda a: program(a)[0])(x)  # under a trace: the jitted function, same values
+    np.testing.assert_allclose(np.asarray(traced, np.float64), want, rtol=1e-4, atol=1e-5)
+    assert program.lower(x).compile() is not None
+
+
+def test_peak_memory_leaves_out_bound_constants_as_jax_jit_leaves_out_its_own():
+    w = jnp.asarray(BIG[0])
+    x = jnp.asarray(RNG.standard_normal((16, 128)).astype(np.float32))
+    program = ThunkyProgram(jax.jit(_effectful_with_weights), bound=[w])
+    closed_over = jax.jit(lambda a: [jnp.tanh(a @ w)])
+    got, base = peak_bytes(program, [x]), peak_bytes(closed_over, [x])
+    assert got is not None and got == base  # x and the output; w counted in neither
+    assert program.bound_bytes == w.nbytes
