@@ -122,11 +122,20 @@ class ThunkyProgram:
     signature of its first concrete call. jax would send every call down its Python dispatch path
     (a thunky program has effects), ~12 µs of host time per argument on the H200 host. Traced
     calls, other signatures and arguments the executor cannot take go to the jitted function.
-    `bound`: arrays appended to every call's arguments (the program's large constants, emit.py)."""
+    `bound`: arrays appended to every call's arguments (the program's large constants, emit.py).
+    `otherwise`: what runs a concrete call the executor cannot take, in place of the jitted function
+    (auto sets XLA's program: it chose thunky as timed through the executor, and through jax's
+    dispatch a thunky program ran 0.81x of jax.jit on the H200, bench/README.md fifteenth lease)."""
 
-    def __init__(self, jitted: Callable[..., Any], bound: Sequence[Any] = ()):
+    def __init__(
+        self,
+        jitted: Callable[..., Any],
+        bound: Sequence[Any] = (),
+        otherwise: Callable[..., Any] | None = None,
+    ):
         self.jitted = jitted
         self.bound = tuple(bound)
+        self.otherwise = otherwise
         # memory_analysis() counts them as arguments; jax.jit keeps a function's constants in its
         # executable, where it counts them not at all (timing.peak_bytes compares the two)
         self.bound_bytes = sum(int(b.nbytes) for b in self.bound)
@@ -138,19 +147,22 @@ class ThunkyProgram:
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         return self.jitted.lower(*args, *self.bound, **kwargs)  # type: ignore[attr-defined]
 
-    def __call__(self, *args: Any) -> Any:
-        if self.bound:
-            args = (*args, *self.bound)
+    def __call__(self, *user: Any) -> Any:
+        args = (*user, *self.bound) if self.bound else user
         direct = self._direct
-        if direct is None and not self._tried and all(_concrete(a) for a in args):
+        concrete = all(_concrete(a) for a in user)
+        if direct is None and not self._tried and concrete:
             self._tried = True
             direct, why = _build(self.jitted, args)
             self._direct = direct
             if why is not None:  # each call pays jax's Python dispatch, ~12 µs per argument
                 self.why_not_direct = why
-                log.info("jaxrw: %s runs through jax's dispatch: %s", self.__name__, why)
+                instead = "XLA's program runs instead" if self.otherwise else "it runs through jax's dispatch"
+                log.info("jaxrw: %s has no direct call (%s); %s", self.__name__, why, instead)
         if direct is not None:
             out = direct(*args)
             if out is not None:
                 return out
+        if self.otherwise is not None and not any(map(compat.is_tracer, user)):
+            return self.otherwise(*user)
         return self.jitted(*args)

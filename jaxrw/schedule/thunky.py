@@ -326,7 +326,7 @@ def select(
     if plan and thunky_decision.use_thunky and plan.regions:
         timed = trial["thunky"] = emit(plan, (), out_tree)
         emitted = (lambda: timed) if not donate else (lambda: emit(plan, donate, out_tree))
-        final["thunky"] = lambda: Scheduled(emitted(), plain, plan, thunky_decision)
+        final["thunky"] = lambda: Scheduled(_or_xla(emitted(), plain), plain, plan, thunky_decision)
         predicted["thunky"] = plan.thunky_s
     if concurrent_xla:  # XLA's command-buffer modes: no plan predicts host launch time; measured
         for mode in XLA_MODES:
@@ -355,6 +355,13 @@ def select(
         margin=margin,
     )
     return Selection(choice, plain if choice == "xla" else final[choice](), why)
+
+
+def _or_xla(program: ThunkyProgram, plain: Callable) -> ThunkyProgram:
+    """`program`, its calls that cannot take its executable directly sent to XLA's `plain`: auto
+    measured it through that executable, not through jax's dispatch."""
+    program.otherwise = plain
+    return program
 
 
 def select_xla_mode(

@@ -84,7 +84,33 @@ def test_thunky_program_says_why_it_has_no_executor(caplog):
     with caplog.at_level(logging.INFO, logger="jaxrw"):
         np.testing.assert_allclose(np.asarray(program(x)), np.asarray(x) + 1)
     assert program._direct is None and program.why_not_direct == "ordered effects"
-    assert "runs through jax's dispatch: ordered effects" in caplog.text
+    assert "no direct call (ordered effects); it runs through jax's dispatch" in caplog.text
+
+
+def test_calls_the_executor_cannot_take_go_to_otherwise_when_given():
+    # auto timed its pick through the executor: without it, XLA's program (`otherwise`) runs
+    calls = []
+
+    def xla(*a):
+        calls.append(a)
+        return {"sum": a[0] + a[1], "parts": [a[0] * 2.0, jnp.tanh(a[0] + a[1])]}
+
+    args = _args(2)
+    program = ThunkyProgram(_effectful(2), otherwise=xla)
+    program(*args)
+    assert isinstance(program._direct, DirectExecutor) and not calls
+    host = [np.asarray(a) for a in args]
+    out = program(*host)  # numpy: not the executor's; XLA's program takes it
+    assert len(calls) == 1
+    np.testing.assert_allclose(np.asarray(out["sum"]), host[0] + host[1], rtol=1e-6)
+    traced = jax.jit(lambda a, b: program(a, b)["sum"])(*args)  # under a trace: the thunky program
+    assert len(calls) == 1
+    np.testing.assert_allclose(np.asarray(traced), host[0] + host[1], rtol=1e-6)
+    with jax.debug_nans(True):  # no executor at all: every concrete call goes to XLA's program
+        nanny = ThunkyProgram(_effectful(2), otherwise=xla)
+        nanny(*args)
+        assert nanny._direct is None and nanny.why_not_direct == "jax's NaN/Inf checks are on"
+    assert len(calls) == 2
 
 
 def test_donated_argument_is_consumed():

@@ -279,6 +279,7 @@ def test_auto_keeps_the_very_program_it_timed_unless_inputs_are_donated(monkeypa
     sel = sched_thunky.select(fn, specs_of(args), donate, SLOW, concurrent_xla=True)
     assert sel.choice == "thunky" and isinstance(sel.fn, Scheduled)
     assert (sel.fn.fast is seen["thunky"]) == (not donate)
+    assert sel.fn.fast.otherwise is sel.fn.fallback  # no executor: XLA's program, not jax's dispatch
 
     def pick_mode(base, trial, specs, name, **kw):
         seen.update(trial)
