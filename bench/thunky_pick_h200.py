@@ -47,7 +47,10 @@ def diagnose(name: str, dtype: str, repeats: int, size: str = "large") -> dict:
         variants.update(
             entry=(sched, tuple(leaves)),
             thunky=(sched.fast, tuple(leaves)),
-            **{"thunky jit": (sched.fast.jitted, tuple(leaves)), "thunky again": (again, tuple(leaves))},
+            **{
+                "thunky jit": (sched.fast.jitted, (*leaves, *sched.fast.bound)),  # its constants too
+                "thunky again": (again, tuple(leaves)),
+            },
         )
     timed = measure(variants, repeats=repeats, sample_s=0.05)
     row["median_us"] = {k: t.median * 1e6 for k, t in timed.items()}
@@ -56,7 +59,12 @@ def diagnose(name: str, dtype: str, repeats: int, size: str = "large") -> dict:
             "thunky": entry.call.fast._direct is not None,
             "thunky again": variants["thunky again"][0]._direct is not None,
         }
-        row["plan"] = {"regions": len(entry.call.plan.regions), "streams": entry.call.plan.streams}
+        row["why_not_direct"] = entry.call.fast.why_not_direct
+        row["plan"] = {
+            "regions": len(entry.call.plan.regions),
+            "streams": entry.call.plan.streams,
+            "bound_constant_bytes": entry.call.fast.bound_bytes,
+        }
     return row
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.experimental import io_callback
 
 from jaxrw.rewrite.profiles import H200
-from jaxrw.schedule import emit, lower_to_dialect, plan_program
+from jaxrw.schedule import cuda_available, emit, lower_to_dialect, plan_program, thunky_available
 from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram
 from jaxrw.schedule.emit import BOUND_CONSTANT_BYTES, bound_constants
 from jaxrw.schedule.timing import peak_bytes
@@ -110,3 +111,18 @@ def test_peak_memory_leaves_out_bound_constants_as_jax_jit_leaves_out_its_own():
     got, base = peak_bytes(program, [x]), peak_bytes(closed_over, [x])
     assert got is not None and got == base  # x and the output; w counted in neither
     assert program.bound_bytes == w.nbytes
+
+
+@pytest.mark.skipif(not (cuda_available() and thunky_available()), reason="needs CUDA and thunky")
+@pytest.mark.gpu
+def test_bound_constants_give_jax_jit_results_on_gpu():
+    plan, specs = _plan(k=2)
+    x = jnp.asarray(RNG.standard_normal((4, 16, 128)).astype(np.float32))
+    program = emit(plan)
+    want = jax.jit(_experts)(x)
+    for _ in range(2):
+        for g, w in zip(program(x), want, strict=True):
+            np.testing.assert_allclose(
+                np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-5, atol=1e-5
+            )
+    assert program._direct is not None, program.why_not_direct
