@@ -76,6 +76,9 @@ class StreamCosts:
     # there the planner's two streams predicted 1.06x ran 1.48x (f9). One-stream plans still need
     # min_gain: nothing runs alongside, and each trial is a compilation
     trial_gain: float = 0.0
+    # ... and of at most this many regions: thunky compiles each region apart, and bert_base's 37
+    # cost auto 20 s (float32) and 5 s (bfloat16) of optimization for a plan predicted at 1.02x (run g2/g3)
+    trial_regions: int = 8
 
 
 H200_STREAMS = StreamCosts()

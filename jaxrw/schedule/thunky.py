@@ -94,8 +94,9 @@ def choose(
     measured: bool = False,
 ) -> Decision:
     """Whether `mode` runs `plan` under thunky here. `thunky`/`cuda` override the detection (tests).
-    In "auto", `measured` says a timing will confirm it, so for a plan of several streams a
-    smaller predicted gain will do (`costs.trial_gain` instead of `costs.min_gain`)."""
+    In "auto", `measured` says a timing will confirm it, so for a plan of several streams and at
+    most `costs.trial_regions` regions a smaller predicted gain will do (`costs.trial_gain` instead
+    of `costs.min_gain`)."""
     check_choice("schedule", mode, MODES)
     if mode == "xla":
         return Decision(False, "schedule='xla'")
@@ -123,13 +124,14 @@ def choose(
         return Decision(False, "no CUDA device")
     if plan is None or not plan.regions:
         return Decision(False, "nothing to schedule")
-    gain = costs.trial_gain if measured and plan.streams > 1 else costs.min_gain
+    trial = measured and plan.streams > 1 and len(plan.regions) <= costs.trial_regions
+    gain = costs.trial_gain if trial else costs.min_gain
     if plan.thunky_s < plan.xla_s * (1 - gain):
         return Decision(True, f"predicted {plan.predicted_speedup:.2f}x")
     return Decision(
         False,
         f"predicted {plan.predicted_speedup:.2f}x, below the {1 / (1 - gain):.2f}x "
-        f"a schedule must promise{' to be timed' if measured else ''}",
+        f"a schedule must promise{' to be timed' if trial else ''}",
     )
 
 

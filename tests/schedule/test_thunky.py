@@ -15,6 +15,7 @@ from jaxrw.errors import InvalidOptionError, JaxrwError
 from jaxrw.rewrite.measure import Timing
 from jaxrw.rewrite.profiles import H200
 from jaxrw.schedule import (
+    H200_STREAMS,
     Scheduled,
     ScheduleUnavailableError,
     apply,
@@ -94,6 +95,10 @@ def test_auto_times_a_plan_of_streams_predicted_at_parity():
     one = _setup(cell, 1)[0]
     one.thunky_s = one.xla_s / 1.05
     assert one.streams == 1 and not choose("auto", one, thunky=True, cuda=True, measured=True).use_thunky
+    # each region is a compilation of its own: a plan of many regions must promise min_gain too
+    few = dataclasses.replace(H200_STREAMS, trial_regions=len(near.regions) - 1)
+    many = choose("auto", near, thunky=True, cuda=True, measured=True, costs=few)
+    assert not many.use_thunky and "1.11x a schedule must promise" in many.reason
 
 
 def test_unknown_mode():
