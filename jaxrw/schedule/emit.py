@@ -51,7 +51,12 @@ def bound_constants(plan: Plan) -> list[int]:
         for a in prog.ops[i].ins
         if isinstance(a, int) and a in prog.consts
     }
-    return sorted(c for c in read if np.asarray(prog.consts[c]).nbytes >= BOUND_CONSTANT_BYTES)
+    return sorted(c for c in read if _nbytes(prog.consts[c]) >= BOUND_CONSTANT_BYTES)
+
+
+def _nbytes(value: Any) -> int:
+    """Size of a constant, without copying a device array to the host."""
+    return int(value.nbytes) if hasattr(value, "nbytes") else np.asarray(value).nbytes
 
 
 def _kernel(plan: Plan, bound: Sequence[int]) -> Callable[..., None]:
