@@ -24,16 +24,20 @@ from .. import compat
 
 log = logging.getLogger("jaxrw")
 
-__all__ = ["DirectExecutor", "ThunkyProgram", "direct_executor", "why_not_direct"]
+__all__ = ["DirectExecutor", "ThunkyProgram", "direct_executor"]
 
 
 class DirectExecutor:
     """The compiled executable of a jitted function for one argument signature, called directly.
 
     `__call__` returns the function's outputs (its output pytree), or `None` when the arguments
-    are not live jax arrays matching the compiled ones, for the caller to use the jitted function."""
+    are not live jax arrays matching the compiled ones, for the caller to use the jitted function.
+    The last `trusted` arguments are not checked: the caller's own (ThunkyProgram's bound
+    constants, experts_equal has 64), checked once when the executor was built."""
 
-    def __init__(self, compiled: Any, run: Any, avals: Sequence[Any], sharding: Any, array_type: type):
+    def __init__(
+        self, compiled: Any, run: Any, avals: Sequence[Any], sharding: Any, array_type: type, trusted: int = 0
+    ):
         self._array_type = array_type  # jax's concrete array class: tracers and numpy are not it
         self._execute = run.xla_executable.execute_sharded
         self._with_tokens = bool(run.has_unordered_effects or run.has_host_callbacks)
@@ -41,6 +45,7 @@ class DirectExecutor:
         self._kept = sorted(run.kept_var_idx)
         self._all_kept = self._kept == list(range(len(avals)))
         self._signature = tuple((a.shape, a.dtype) for a in avals)
+        self._checked = self._signature[: len(avals) - trusted]
         self._sharding = sharding
         self._out_tree = compiled.out_tree
 
@@ -48,7 +53,7 @@ class DirectExecutor:
         if len(args) != len(self._signature):
             return None
         array_type = self._array_type
-        for a, (shape, dtype) in zip(args, self._signature, strict=True):
+        for a, (shape, dtype) in zip(args, self._checked, strict=False):  # the trusted tail is left out
             if (
                 type(a) is not array_type
                 or a.shape != shape
@@ -67,22 +72,15 @@ class DirectExecutor:
         return jax.tree_util.tree_unflatten(self._out_tree, outs)
 
 
-def direct_executor(jitted: Callable, args: Sequence[Any]) -> DirectExecutor | None:
-    """A DirectExecutor for `jitted` at the signature of `args` (concrete arrays), or None where
-    the executable is not one it can call (`why_not_direct` says why)."""
-    return _build(jitted, args)[0]
-
-
-def why_not_direct(jitted: Callable, args: Sequence[Any]) -> str | None:
-    """Why `direct_executor` gives None for these arguments (None when it gives an executor)."""
-    return _build(jitted, args)[1]
-
-
-def _build(jitted: Callable, args: Sequence[Any]) -> tuple[DirectExecutor | None, str | None]:
-    """(the executor, None) or (None, why not): several devices, ordered effects, state passed in or
-    out, constants passed as arguments, arguments that are not jax arrays, jax's NaN/Inf checks on,
-    or jax internals other than those of jax 0.12. Its runs are not among those
-    `jax.effects_barrier()` waits for; their outputs are waited for as any array's."""
+def direct_executor(
+    jitted: Callable, args: Sequence[Any], trusted: int = 0
+) -> tuple[DirectExecutor | None, str | None]:
+    """(a DirectExecutor for `jitted` at the signature of `args`, None), or (None, why not) where
+    the executable is not one it can call: several devices, ordered effects, state passed in or
+    out, constants passed as arguments, arguments that are not jax arrays on the executable's
+    device, jax's NaN/Inf checks on, or jax internals other than those of jax 0.12. `trusted`: as
+    in DirectExecutor. Its runs are not among those `jax.effects_barrier()` waits for; their
+    outputs are waited for as any array's."""
     try:
         from jax._src.array import ArrayImpl
         from jax._src.interpreters import pxla
@@ -108,7 +106,10 @@ def _build(jitted: Callable, args: Sequence[Any]) -> tuple[DirectExecutor | None
         if why:
             return None, why[0]
         sharding = jax.sharding.SingleDeviceSharding(run._local_devices[0])
-        return DirectExecutor(compiled, run, [jax.typeof(a) for a in args], sharding, ArrayImpl), None
+        if any(a.sharding != sharding for a in args):  # the trusted ones are never checked again
+            return None, "arguments on another device than the executable's"
+        executor = DirectExecutor(compiled, run, [jax.typeof(a) for a in args], sharding, ArrayImpl, trusted)
+        return executor, None
     except Exception as e:  # noqa: BLE001 - internals differ: the jitted function serves
         return None, f"{type(e).__name__}: {e}"
 
@@ -153,7 +154,7 @@ class ThunkyProgram:
         concrete = all(_concrete(a) for a in user)
         if direct is None and not self._tried and concrete:
             self._tried = True
-            direct, why = _build(self.jitted, args)
+            direct, why = direct_executor(self.jitted, args, trusted=len(self.bound))
             self._direct = direct
             if why is not None:  # each call pays jax's Python dispatch, ~12 µs per argument
                 self.why_not_direct = why

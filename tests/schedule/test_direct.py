@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from jax.experimental import io_callback
 
-from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram, direct_executor, why_not_direct
+from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram, direct_executor
 
 
 def _effectful(n_args: int):
@@ -36,7 +36,7 @@ def _args(n: int, seed: int = 0):
 def test_direct_matches_jit(n):
     jitted = _effectful(n)
     args = _args(n)
-    direct = direct_executor(jitted, args)
+    direct, _ = direct_executor(jitted, args)
     assert isinstance(direct, DirectExecutor)
     want = jitted(*args)
     for seed in (1, 2):  # new arrays of the same signature go through it too
@@ -50,7 +50,7 @@ def test_direct_matches_jit(n):
 def test_unused_arguments_are_dropped_as_jax_drops_them():
     jitted = jax.jit(lambda x, unused, y: (io_callback(lambda: None, None, ordered=False), x - y)[1])
     x, u, y = _args(3)
-    direct = direct_executor(jitted, [x, u, y])
+    direct, _ = direct_executor(jitted, [x, u, y])
     assert direct is not None
     np.testing.assert_array_equal(np.asarray(direct(x, u, y)), np.asarray(x - y))
 
@@ -58,7 +58,7 @@ def test_unused_arguments_are_dropped_as_jax_drops_them():
 def test_arguments_it_cannot_take_return_none():
     jitted = _effectful(2)
     args = _args(2)
-    direct = direct_executor(jitted, args)
+    direct, _ = direct_executor(jitted, args)
     assert direct(np.asarray(args[0]), args[1]) is None  # numpy: jax must place it
     assert direct(args[0]) is None  # wrong count
     assert direct(args[0], jnp.zeros((3, 6), jnp.float32)) is None  # wrong shape
@@ -70,11 +70,11 @@ def test_arguments_it_cannot_take_return_none():
 
 def test_no_executor_for_ordered_effects_or_non_arrays():
     ordered = jax.jit(lambda x: (io_callback(lambda: None, None, ordered=True), x + 1)[1])
-    assert direct_executor(ordered, _args(1)) is None
-    assert why_not_direct(ordered, _args(1)) == "ordered effects"
-    assert direct_executor(_effectful(1), [np.ones((3, 5), np.float32)]) is None
-    assert why_not_direct(_effectful(1), [np.ones((3, 5), np.float32)]) == "arguments other than jax arrays"
-    assert why_not_direct(_effectful(1), _args(1)) is None
+    assert direct_executor(ordered, _args(1)) == (None, "ordered effects")
+    host = [np.ones((3, 5), np.float32)]
+    assert direct_executor(_effectful(1), host) == (None, "arguments other than jax arrays")
+    direct, why = direct_executor(_effectful(1), _args(1))
+    assert isinstance(direct, DirectExecutor) and why is None
 
 
 def test_thunky_program_says_why_it_has_no_executor(caplog):
@@ -118,7 +118,7 @@ def test_donated_argument_is_consumed():
         lambda x, y: (io_callback(lambda: None, None, ordered=False), x + y)[1], donate_argnums=0
     )
     x, y = _args(2)
-    direct = direct_executor(jitted, [x, y])
+    direct, _ = direct_executor(jitted, [x, y])
     want = np.asarray(x) + np.asarray(y)
     np.testing.assert_allclose(np.asarray(direct(x, y)), want)
     if jax.default_backend() != "cpu":  # the CPU backend ignores donation
@@ -152,5 +152,4 @@ def test_thunky_program_waits_for_concrete_arrays_before_building():
 
 def test_no_executor_while_jax_checks_for_nans():
     with jax.debug_nans(True):
-        assert direct_executor(_effectful(1), _args(1)) is None
-        assert why_not_direct(_effectful(1), _args(1)) == "jax's NaN/Inf checks are on"
+        assert direct_executor(_effectful(1), _args(1)) == (None, "jax's NaN/Inf checks are on")

@@ -98,6 +98,8 @@ def test_bound_arrays_are_appended_to_every_call_and_direct_calls():
     for _ in range(2):
         np.testing.assert_allclose(np.asarray(program(x)[0], np.float64), want, rtol=1e-4, atol=1e-5)
     assert isinstance(program._direct, DirectExecutor)
+    # the bound array was checked once, when the executor was built; each call checks x alone
+    assert program._direct._checked == program._direct._signature[:1]
     traced = jax.jit(lambda a: program(a)[0])(x)  # under a trace: the jitted function, same values
     np.testing.assert_allclose(np.asarray(traced, np.float64), want, rtol=1e-4, atol=1e-5)
     assert program.lower(x).compile() is not None
