@@ -41,17 +41,23 @@ def _layout(plan: Plan) -> tuple[list[str], list[str], list[str], set[str]]:
     return ins, outs, arenas, hosted
 
 
+def region_constants(plan: Plan) -> dict[int, list[int]]:
+    """Region id -> the constants it reads that are passed as buffers, in value order."""
+    prog = plan.program
+    big = {c for c, v in prog.consts.items() if _nbytes(v) >= BOUND_CONSTANT_BYTES}
+    return {
+        r.id: sorted({a for i in r.ops for a in prog.ops[i].ins if isinstance(a, int) and a in big})
+        for r in plan.regions
+    }
+
+
 def bound_constants(plan: Plan) -> list[int]:
     """The program's constants that regions read and that are passed as buffers, in value order."""
-    prog = plan.program
-    read = {
-        a
-        for r in plan.regions
-        for i in r.ops
-        for a in prog.ops[i].ins
-        if isinstance(a, int) and a in prog.consts
-    }
-    return sorted(c for c in read if _nbytes(prog.consts[c]) >= BOUND_CONSTANT_BYTES)
+    return _union(region_constants(plan))
+
+
+def _union(used: dict[int, list[int]]) -> list[int]:
+    return sorted({c for cs in used.values() for c in cs})
 
 
 def _nbytes(value: Any) -> int:
@@ -59,17 +65,15 @@ def _nbytes(value: Any) -> int:
     return int(value.nbytes) if hasattr(value, "nbytes") else np.asarray(value).nbytes
 
 
-def _kernel(plan: Plan, bound: Sequence[int]) -> Callable[..., None]:
+def _kernel(plan: Plan, used: dict[int, list[int]], bound: list[int]) -> Callable[..., None]:
     """The `thunky.jit` body: arguments are the input storages, output storages (Refs), the bound
-    constants, then arenas."""
+    constants (`used` per region: region_constants; `bound`: all of them), then arenas."""
     from jax.experimental import thunky
 
     prog = plan.program
     ins, outs, arenas, _ = _layout(plan)
     names = ins + outs
     regions = {r.id: r for r in plan.regions}
-    reads = {r.id: {a for i in r.ops for a in prog.ops[i].ins if isinstance(a, int)} for r in plan.regions}
-    used = {rid: [c for c in bound if c in vals] for rid, vals in reads.items()}
 
     def body(*refs: Any) -> None:
         base = dict(zip(names + arenas, refs[: len(names)] + refs[len(names) + len(bound) :], strict=True))
@@ -124,8 +128,9 @@ def emit(plan: Plan, donate: Sequence[int] = (), out_tree: Any = None) -> Thunky
     inputs. Tracing it works anywhere thunky imports; running it needs CUDA."""
     prog = plan.program
     ins, outs, _arenas, hosted = _layout(plan)
-    bound = bound_constants(plan)
-    kernel = _kernel(plan, bound)
+    used = region_constants(plan)
+    bound = _union(used)
+    kernel = _kernel(plan, used, bound)
     storages = plan.storages
     n_in = len(prog.inputs)
 
