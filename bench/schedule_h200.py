@@ -36,7 +36,7 @@ from jaxrw.bench.report import AT_LEAST  # noqa: E402 - issue 6 asks the same 0.
 from jaxrw.rewrite.measure import measure, median_interval, paired_ratio, round_ratios, settle, verdict  # noqa: E402
 from jaxrw.rewrite.profiles import default_profile  # noqa: E402
 from jaxrw.schedule import Scheduled, plan_program, schedule_program  # noqa: E402
-from jaxrw.schedule.timing import random_inputs, time_call  # noqa: E402
+from jaxrw.schedule.timing import memory_parts, random_inputs, time_call  # noqa: E402
 from jaxrw.schedule.xla_modes import XLA_MODES, XLA_REGIONS  # noqa: E402
 
 BUDGET_S = 6 * 60  # stop starting new cases after this (the whole run must stay under 8 minutes)
@@ -156,25 +156,11 @@ def cases(quick: bool, smoke: bool = False):
 
 
 def memory(fn, args):
-    """XLA's compiled memory_analysis() of a jitted function, in bytes."""
+    """XLA's compiled memory_analysis() of a jitted function, in bytes (timing.memory_parts)."""
     try:
-        m = fn.lower(*args).compile().memory_analysis()
+        return memory_parts(fn, args)
     except Exception as e:  # noqa: BLE001 - record, keep going
         return {"error": f"{type(e).__name__}: {e}"}
-    if m is None:
-        return {"error": "memory_analysis() returned None"}
-    arg, out, tmp, alias = (
-        int(getattr(m, f"{k}_size_in_bytes", 0)) for k in ("argument", "output", "temp", "alias")
-    )
-    bound = getattr(fn, "bound_bytes", 0)  # a thunky program's constants: jax.jit's are not counted
-    return {
-        "argument": arg,
-        "output": out,
-        "temp": tmp,
-        "alias": alias,
-        "bound": bound,
-        "peak": arg + out + tmp - alias - bound,
-    }
 
 
 def compare(got, want):

@@ -135,13 +135,23 @@ def device_inputs(leaves: Sequence[Any]) -> list[Any]:
     return [x if isinstance(x, jax.Array) else jax.device_put(x) for x in leaves]
 
 
+def memory_parts(jitted: Any, args: Sequence[Any]) -> dict[str, int]:
+    """XLA's memory_analysis() of a jitted function at `args`, in bytes: argument, output, temp,
+    alias, `bound` (constants a thunky program takes as arguments, direct.py: jax.jit's own are
+    not counted, so they are left out) and the peak they make. Raises where it is unknown."""
+    m = jitted.lower(*args).compile().memory_analysis()
+    if m is None:
+        raise ScheduleError("memory_analysis() returned None")
+    parts = {k: int(getattr(m, f"{k}_size_in_bytes", 0)) for k in ("argument", "output", "temp", "alias")}
+    parts["bound"] = int(getattr(jitted, "bound_bytes", 0))
+    parts["peak"] = parts["argument"] + parts["output"] + parts["temp"] - parts["alias"] - parts["bound"]
+    return parts
+
+
 def peak_bytes(jitted: Any, args: Sequence[Any]) -> int | None:
     """Peak device memory of a jitted function from XLA's memory_analysis() (None if unknown)."""
     try:
-        m = jitted.lower(*args).compile().memory_analysis()
-        used = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-        # constants a thunky program takes as arguments: jax.jit's own are not counted (direct.py)
-        return int(used - m.alias_size_in_bytes - getattr(jitted, "bound_bytes", 0))
+        return memory_parts(jitted, args)["peak"]
     except Exception:  # noqa: BLE001 - memory analysis is optional on some backends
         return None
 
