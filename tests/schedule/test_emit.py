@@ -15,6 +15,8 @@ from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram
 from jaxrw.schedule.emit import BOUND_CONSTANT_BYTES, bound_constants
 from jaxrw.schedule.timing import peak_bytes
 
+from .programs import assert_matches_jit_directly
+
 RNG = np.random.default_rng(0)
 BIG = RNG.standard_normal((4, 128, 128)).astype(np.float32)  # 256 KiB: passed as a buffer
 SMALL = RNG.standard_normal((8,)).astype(np.float32)  # 32 bytes: stays in the region's code
@@ -120,11 +122,4 @@ def test_peak_memory_leaves_out_bound_constants_as_jax_jit_leaves_out_its_own():
 def test_bound_constants_give_jax_jit_results_on_gpu():
     plan, specs = _plan(k=2)
     x = jnp.asarray(RNG.standard_normal((4, 16, 128)).astype(np.float32))
-    program = emit(plan)
-    want = jax.jit(_experts)(x)
-    for _ in range(2):
-        for g, w in zip(program(x), want, strict=True):
-            np.testing.assert_allclose(
-                np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-5, atol=1e-5
-            )
-    assert program._direct is not None, program.why_not_direct
+    assert_matches_jit_directly(emit(plan), _experts, [x], rtol=1e-5, atol=1e-5)

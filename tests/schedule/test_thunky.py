@@ -31,7 +31,7 @@ from jaxrw.schedule import thunky as sched_thunky
 from jaxrw.schedule import timing as sched_timing
 from jaxrw.schedule.xla_modes import XLA_MODES, TopLevel
 
-from .programs import PROGRAMS, cell, donated, experts_packed, flat, specs_of
+from .programs import PROGRAMS, assert_matches_jit_directly, cell, donated, experts_packed, flat, specs_of
 
 needs_cuda = pytest.mark.skipif(not (cuda_available() and thunky_available()), reason="needs CUDA and thunky")
 
@@ -233,13 +233,7 @@ def test_emitted_program_runs_through_its_executable_on_gpu():
     # program calls its executable directly from its first call on, with jax.jit's results
     plan, fn, host_args, specs, donate, tree = _setup(experts_packed, 2)
     args = [jnp.asarray(a) for a in host_args]  # numpy arguments would go to jax.jit (it places them)
-    program = emit(plan, (), tree)
-    want = jax.jit(fn)(*args)
-    for _ in range(2):
-        got = program(*args)
-        for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
-            np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-5)
-    assert program._direct is not None, program.why_not_direct
+    assert_matches_jit_directly(emit(plan, (), tree), fn, args, rtol=1e-5)
 
 
 # -- auto on CUDA, simulated here ----------------------------------------------------------------
