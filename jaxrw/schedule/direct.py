@@ -151,8 +151,7 @@ class ThunkyProgram:
     def __call__(self, *user: Any) -> Any:
         args = (*user, *self.bound) if self.bound else user
         direct = self._direct
-        concrete = all(_concrete(a) for a in user)
-        if direct is None and not self._tried and concrete:
+        if direct is None and not self._tried and all(_concrete(a) for a in user):  # first call only
             self._tried = True
             direct, why = direct_executor(self.jitted, args, trusted=len(self.bound))
             self._direct = direct
