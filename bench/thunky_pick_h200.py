@@ -12,14 +12,19 @@ jax.jit. This optimizes the case as the benchmark does, then times side by side,
 - `thunky again`: the plan emitted and compiled once more (a separate compilation, as `auto`'s
   trial and the program it keeps are);
 - `rewritten`: jax.jit of the rewritten program (what `auto` measured thunky against).
-A short table is printed last; the JSON holds every median.
+`--schedule streams` forces the thunky program (under `auto` it may not be picked); `--embed`
+leaves every constant in the regions' code, as before emit.py bound the large ones (compare the
+per-call time and the optimization time, `optimize_s`). A short table is printed last; the JSON
+holds every median.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
+import time
 
 import jax
 
@@ -28,16 +33,28 @@ from jaxrw.bench import case as bench_case
 from jaxrw.rewrite.measure import measure
 from jaxrw.schedule import Scheduled, emit
 
+emit_module = importlib.import_module("jaxrw.schedule.emit")  # the package's `emit` is the function
 
-def diagnose(name: str, dtype: str, repeats: int, size: str = "large") -> dict:
+
+def diagnose(name: str, dtype: str, repeats: int, size: str = "large", schedule: str = "auto") -> dict:
     bench_case.load_suites()
     inst = bench_case.CASES[name].instance(size, dtype)
     args = tuple(jax.device_put(a) for a in inst.args(0))
-    opt = optimize(inst.fn)
+    opt = optimize(inst.fn, schedule=schedule)
+    start = time.perf_counter()
     jax.block_until_ready(opt(*args))
+    optimize_s = time.perf_counter() - start
     entry = next(iter(opt._cache.values()))
     leaves = jax.tree_util.tree_leaves(args)
-    row: dict = {"case": name, "dtype": dtype, "schedule": entry.schedule, "call": type(entry.call).__name__}
+    row: dict = {
+        "case": name,
+        "dtype": dtype,
+        "asked": schedule,
+        "bound_constant_bytes_min": emit_module.BOUND_CONSTANT_BYTES,
+        "schedule": entry.schedule,
+        "call": type(entry.call).__name__,
+        "optimize_s": optimize_s,
+    }
     variants = {"jax.jit": (jax.jit(inst.fn), args), "jaxrw": (opt, args)}
     if entry.fn is not None:
         variants["rewritten"] = (jax.jit(entry.fn), tuple(leaves))
@@ -64,6 +81,7 @@ def diagnose(name: str, dtype: str, repeats: int, size: str = "large") -> dict:
             "regions": len(entry.call.plan.regions),
             "streams": entry.call.plan.streams,
             "bound_constant_bytes": entry.call.fast.bound_bytes,
+            "bound_buffers": len(entry.call.fast.bound),
         }
     return row
 
@@ -74,11 +92,15 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--size", default="large", help="small: to check the script on a CPU")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--schedule", default="auto", help="optimize()'s schedule, e.g. streams")
+    ap.add_argument("--embed", action="store_true", help="no bound constants: all in the regions' code")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
+    if a.embed:
+        emit_module.BOUND_CONSTANT_BYTES = 1 << 62
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("jaxrw").setLevel(logging.INFO)
-    rows = [diagnose(c, a.dtype, a.repeats, a.size) for c in a.case]
+    rows = [diagnose(c, a.dtype, a.repeats, a.size, a.schedule) for c in a.case]
     meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__}
     if a.json:
         with open(a.json, "w") as f:
@@ -87,7 +109,10 @@ def main() -> None:
     for r in rows:
         base = r["median_us"]["jax.jit"]
         cells = ", ".join(f"{k} {v:.1f} µs ({base / v:.2f}x)" for k, v in r["median_us"].items())
-        print(f"{r['case']} {r['dtype']} schedule={r['schedule']} direct={r.get('direct')}: {cells}")
+        print(
+            f"{r['case']} {r['dtype']} asked={r['asked']} schedule={r['schedule']} "
+            f"optimize {r['optimize_s']:.1f} s, plan {r.get('plan')} direct={r.get('direct')}: {cells}"
+        )
 
 
 if __name__ == "__main__":

@@ -7,23 +7,29 @@ views of the buffers; `async_start`/`async_done` for side streams), and the outp
 The program's large constants (weights closed over, or folded when it was optimized) are passed as
 buffers, not captured by the regions: thunky compiles each region with its constants embedded in
 the code (`hoist_constants_as_args=False`), which for experts_equal's 128 MiB of weights took
-18-20 s on the H200 against 2-4 s for jax.jit (bench/README.md, fifteenth lease). The
-`ThunkyProgram` holds them and appends them to every call.
+18-20 s on the H200 against 2-4 s for jax.jit (bench/README.md, fifteenth lease). They are packed
+into one flat buffer per dtype (each at an offset aligned like an arena slot) that the regions read
+through views: every argument of the executable costs host time on each call, ~1.3 µs on the H200
+host even when called directly (thunky-cost f8), and experts_equal binds 64 constants, which took
+its thunky program from 217 to 307 µs a call (bench/README.md, sixteenth lease). The
+`ThunkyProgram` holds the packs and appends them to every call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .buffers import ARENA_ALIGN
 from .direct import ThunkyProgram
 from .plan import Plan
 
-__all__ = ["emit", "BOUND_CONSTANT_BYTES"]
+__all__ = ["emit", "BOUND_CONSTANT_BYTES", "ConstantPacks", "pack_constants"]
 
 # constants of at least this many bytes are passed as buffers; smaller ones stay in the regions'
 # code, where XLA can fold them (a scalar, a small table)
@@ -60,14 +66,49 @@ def _union(used: dict[int, list[int]]) -> list[int]:
     return sorted({c for cs in used.values() for c in cs})
 
 
+@dataclass(frozen=True)
+class ConstantPacks:
+    """Bound constants packed by dtype: `arrays` (flat, one per dtype, on the host) and, per
+    constant, `where[c]` = (index of its pack, element offset, shape)."""
+
+    arrays: list[np.ndarray]
+    where: dict[int, tuple[int, int, tuple[int, ...]]]
+
+
+def pack_constants(consts: dict[int, Any], bound: Sequence[int]) -> ConstantPacks:
+    """`bound` constants of `consts` packed into one flat array per dtype (in order of first use),
+    each at an offset aligned to ARENA_ALIGN bytes, the padding zero."""
+    values = {c: np.asarray(consts[c]) for c in bound}
+    dtypes = list(dict.fromkeys(v.dtype for v in values.values()))
+    where: dict[int, tuple[int, int, tuple[int, ...]]] = {}
+    ends = [0] * len(dtypes)
+    for c, v in values.items():
+        i = dtypes.index(v.dtype)
+        unit = max(1, ARENA_ALIGN // v.dtype.itemsize)
+        offset = -(-ends[i] // unit) * unit
+        where[c] = (i, offset, v.shape)
+        ends[i] = offset + v.size
+    arrays = [np.zeros(n, d) for n, d in zip(ends, dtypes, strict=True)]
+    for c, (i, offset, _) in where.items():
+        arrays[i][offset : offset + values[c].size] = values[c].ravel()
+    return ConstantPacks(arrays, where)
+
+
 def _nbytes(value: Any) -> int:
     """Size of a constant, without copying a device array to the host."""
     return int(value.nbytes) if hasattr(value, "nbytes") else np.asarray(value).nbytes
 
 
-def _kernel(plan: Plan, used: dict[int, list[int]], bound: list[int]) -> Callable[..., None]:
-    """The `thunky.jit` body: arguments are the input storages, output storages (Refs), the bound
-    constants (`used` per region: region_constants; `bound`: all of them), then arenas."""
+def _view(flat: Any, offset: int, shape: tuple[int, ...]) -> Any:
+    """The contiguous part of a flat Ref at `offset` (elements), shaped `shape`."""
+    size = int(np.prod(shape))
+    view = flat if offset == 0 and size == flat.shape[0] else flat.at[offset : offset + size]
+    return view if len(shape) == 1 else view.reshape(*shape)
+
+
+def _kernel(plan: Plan, used: dict[int, list[int]], packs: ConstantPacks) -> Callable[..., None]:
+    """The `thunky.jit` body: arguments are the input storages, output storages (Refs), the packs
+    of bound constants (`used` per region: region_constants), then arenas."""
     from jax.experimental import thunky
 
     prog = plan.program
@@ -76,8 +117,13 @@ def _kernel(plan: Plan, used: dict[int, list[int]], bound: list[int]) -> Callabl
     regions = {r.id: r for r in plan.regions}
 
     def body(*refs: Any) -> None:
-        base = dict(zip(names + arenas, refs[: len(names)] + refs[len(names) + len(bound) :], strict=True))
-        consts = dict(zip(bound, refs[len(names) : len(names) + len(bound)], strict=True))
+        n_packs = len(packs.arrays)
+        base = dict(zip(names + arenas, refs[: len(names)] + refs[len(names) + n_packs :], strict=True))
+        pack_refs = refs[len(names) : len(names) + n_packs]
+
+        def const(c: int) -> Any:
+            i, offset, shape = packs.where[c]
+            return _view(pack_refs[i], offset, shape)
 
         def ref(v: int) -> Any:
             s = plan.buffers[v].slot
@@ -86,8 +132,7 @@ def _kernel(plan: Plan, used: dict[int, list[int]], bound: list[int]) -> Callabl
             if s.offset == 0 and s.shape == st.shape:
                 return b
             flat = b if len(st.shape) == 1 else b.reshape(st.size)
-            view = flat.at[s.offset : s.offset + s.size]  # an integer index would be traced
-            return view if len(s.shape) == 1 else view.reshape(*s.shape)
+            return _view(flat, s.offset, s.shape)  # a slice: an integer index would be traced
 
         def run(rid: int) -> None:
             r = regions[rid]
@@ -101,7 +146,7 @@ def _kernel(plan: Plan, used: dict[int, list[int]], bound: list[int]) -> Callabl
                     o[...] = val
 
             region.__name__ = f"jaxrw_region_{rid}"
-            read_refs = [ref(v) for v in r.reads] + [consts[c] for c in used[rid]]
+            read_refs = [ref(v) for v in r.reads] + [const(c) for c in used[rid]]
             thunky.call_jax(region, *read_refs, *[ref(v) for v in r.writes])
 
         tokens: dict[int, Any] = {}
@@ -129,8 +174,8 @@ def emit(plan: Plan, donate: Sequence[int] = (), out_tree: Any = None) -> Thunky
     prog = plan.program
     ins, outs, _arenas, hosted = _layout(plan)
     used = region_constants(plan)
-    bound = _union(used)
-    kernel = _kernel(plan, used, bound)
+    packs = pack_constants(prog.consts, _union(used))
+    kernel = _kernel(plan, used, packs)
     storages = plan.storages
     n_in = len(prog.inputs)
 
@@ -149,5 +194,5 @@ def emit(plan: Plan, donate: Sequence[int] = (), out_tree: Any = None) -> Thunky
         return result if out_tree is None else jax.tree_util.tree_unflatten(out_tree, result)
 
     scheduled.__name__ = "jaxrw_scheduled"
-    values = [jnp.asarray(prog.consts[c]) for c in bound]  # on the device once, not per call
+    values = [jnp.asarray(a) for a in packs.arrays]  # on the device once, not per call
     return ThunkyProgram(jax.jit(scheduled, donate_argnums=tuple(donate)), bound=values)

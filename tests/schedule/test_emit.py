@@ -11,8 +11,9 @@ from jax.experimental import io_callback
 
 from jaxrw.rewrite.profiles import H200
 from jaxrw.schedule import cuda_available, emit, lower_to_dialect, plan_program, thunky_available
+from jaxrw.schedule.buffers import ARENA_ALIGN
 from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram
-from jaxrw.schedule.emit import BOUND_CONSTANT_BYTES, bound_constants
+from jaxrw.schedule.emit import BOUND_CONSTANT_BYTES, bound_constants, pack_constants
 from jaxrw.schedule.timing import peak_bytes
 
 from .programs import assert_matches_jit_directly
@@ -53,7 +54,9 @@ def test_large_constants_are_bound_and_small_ones_stay():
     assert sizes and all(s >= BOUND_CONSTANT_BYTES for s in sizes)
     assert sum(sizes) >= BIG.nbytes  # BIG (or the slices of it the program reads) is bound
     program = emit(plan)
-    assert len(program.bound) == len(bound) and program.bound_bytes == sum(sizes)
+    # one float32 pack holds them all, each 256-byte aligned: the call takes one buffer, not four
+    assert len(program.bound) == 1 and program.bound[0].dtype == jnp.float32
+    assert sum(sizes) <= program.bound_bytes < sum(sizes) + len(sizes) * ARENA_ALIGN
     small = [c for c in plan.program.consts if c not in bound]
     assert small and all(np.asarray(plan.program.consts[c]).nbytes < BOUND_CONSTANT_BYTES for c in small)
 
@@ -72,8 +75,33 @@ def test_regions_read_bound_constants_as_buffers():
         for r in plan.regions
     )
     assert sum(counts) == want
-    # the bound arrays are arguments of the traced program, not constants hidden in a region
-    assert any(np.shape(c) == np.shape(plan.program.consts[b]) for c in closed.consts for b in bound)
+    # the pack is an argument of the traced program, not constants hidden in a region
+    packed = emit(plan).bound[0]
+    assert any(np.shape(c) == packed.shape for c in closed.consts)
+    assert not any(np.shape(c) == np.shape(plan.program.consts[b]) for c in closed.consts for b in bound)
+
+
+def test_packs_hold_each_constant_aligned_and_by_dtype():
+    rng = np.random.default_rng(1)
+    consts = {
+        3: rng.standard_normal((5, 7)).astype(np.float32),
+        1: rng.standard_normal((3,)).astype(jnp.bfloat16),
+        8: rng.standard_normal((2, 3, 4)).astype(np.float32),
+        2: np.arange(9, dtype=np.int32).reshape(3, 3),
+    }
+    packs = pack_constants(consts, [1, 2, 3, 8])
+    assert [a.dtype for a in packs.arrays] == [jnp.bfloat16, np.int32, np.float32]  # first use
+    spans = {}
+    for c, (i, offset, shape) in packs.where.items():
+        array = packs.arrays[i]
+        assert (offset * array.dtype.itemsize) % ARENA_ALIGN == 0 and shape == consts[c].shape
+        got = array[offset : offset + consts[c].size].reshape(shape)
+        np.testing.assert_array_equal(got, consts[c])
+        spans.setdefault(i, []).append((offset, offset + consts[c].size))
+    for ranges in spans.values():  # no two constants of a pack overlap
+        ranges.sort()
+        assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    assert pack_constants(consts, []).arrays == []
 
 
 def test_emitted_program_with_bound_constants_lowers_to_the_dialect():
