@@ -15,7 +15,7 @@
 #   bench/gpu_session.sh transpose     # the cases Profile.transpose_folded decides, with it off and on
 #   bench/gpu_session.sh thunkycost    # a thunky call's cost per input and per view, jax 0.12
 #   bench/gpu_session.sh pick          # auto's thunky pick taken apart (bench/thunky_pick_h200.py:
-#                                      # auto, streams, streams with constants embedded), then the
+#                                      # auto, streams, streams with constants bound), then the
 #                                      # GPU-only tests of jaxrw.schedule, jax 0.12
 #
 # Set JAXRW_COMMIT to the commit the tree was copied from: the device's copy of .git can be stale,
@@ -95,11 +95,11 @@ p.save_profile(dataclasses.replace(p.H200, transpose_folded=True))"
     ;;
   pick)
     export PYTHONPATH=/tmp/site12:$base_path
-    # auto as the benchmark runs it; the thunky program forced, its constants packed (emit.py) and,
-    # as before they were bound, embedded in the regions' code
-    for variant in auto "streams" "streams --embed"; do
+    # auto as the benchmark runs it; the thunky program forced, its constants embedded in the
+    # regions' code (emit.py's default) and passed as packed buffers
+    for variant in auto "streams" "streams --bind 65536"; do
       python3 bench/thunky_pick_h200.py --case ${CASES:-experts_equal} --dtype ${DTYPE:-bfloat16} \
-        --schedule $variant --json "$OUT/h200-${STAMP:-p}-thunky-pick-${variant// --/-}.json" "${@:2}"
+        --schedule $variant --json "$OUT/h200-${STAMP:-p}-thunky-pick-${variant// --bind 65536/-bind}.json" "${@:2}"
     done
     python3 -m pytest -q -p no:cacheprovider tests/schedule -m gpu
     ;;

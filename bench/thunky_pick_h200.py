@@ -12,10 +12,10 @@ jax.jit. This optimizes the case as the benchmark does, then times side by side,
 - `thunky again`: the plan emitted and compiled once more (a separate compilation, as `auto`'s
   trial and the program it keeps are);
 - `rewritten`: jax.jit of the rewritten program (what `auto` measured thunky against).
-`--schedule streams` forces the thunky program (under `auto` it may not be picked); `--embed`
-leaves every constant in the regions' code, as before emit.py bound the large ones (compare the
-per-call time and the optimization time, `optimize_s`). A short table is printed last; the JSON
-holds every median.
+`--schedule streams` forces the thunky program (under `auto` it may not be picked); `--bind BYTES`
+passes constants of at least BYTES to the regions as packed buffers instead of leaving them in the
+regions' code (emit.BOUND_CONSTANT_BYTES; compare the per-call time and `optimize_s`). A short
+table is printed last; the JSON holds every median.
 """
 
 from __future__ import annotations
@@ -93,11 +93,12 @@ def main() -> None:
     ap.add_argument("--size", default="large", help="small: to check the script on a CPU")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--schedule", default="auto", help="optimize()'s schedule, e.g. streams")
-    ap.add_argument("--embed", action="store_true", help="no bound constants: all in the regions' code")
+    ap.add_argument(
+        "--bind", type=int, default=None, help="pass constants of at least this many bytes as buffers"
+    )
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    if a.embed:
-        emit_module.BOUND_CONSTANT_BYTES = 1 << 62
+    emit_module.BOUND_CONSTANT_BYTES = a.bind
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("jaxrw").setLevel(logging.INFO)
     rows = [diagnose(c, a.dtype, a.repeats, a.size, a.schedule) for c in a.case]

@@ -4,15 +4,18 @@ The emitted function is one `jax.jit`: fresh Refs for the outputs (donated input
 hold an output in place), one `thunky.jit` body that runs the plan's steps (`call_jax` per region on
 views of the buffers; `async_start`/`async_done` for side streams), and the outputs read back.
 
-The program's large constants (weights closed over, or folded when it was optimized) are passed as
-buffers, not captured by the regions: thunky compiles each region with its constants embedded in
-the code (`hoist_constants_as_args=False`), which for experts_equal's 128 MiB of weights took
-18-20 s on the H200 against 2-4 s for jax.jit (bench/README.md, fifteenth lease). They are packed
-into one flat buffer per dtype (each at an offset aligned like an arena slot) that the regions read
-through views: every argument of the executable costs host time on each call, ~1.3 µs on the H200
-host even when called directly (thunky-cost f8), and experts_equal binds 64 constants, which took
-its thunky program from 217 to 307 µs a call (bench/README.md, sixteenth lease). The
-`ThunkyProgram` holds the packs and appends them to every call.
+The program's constants (weights closed over, or folded when it was optimized) stay in the regions'
+code, as jax.jit keeps them in its own: thunky compiles each region with them embedded
+(`hoist_constants_as_args=False`), and XLA runs such regions faster than regions that take the same
+weights as buffers. On the H200 (bench/README.md, sixteenth lease, h5) experts_equal's thunky program
+ran 211 µs a call with its 128 MiB of bfloat16 weights embedded, 270 µs with them passed as one
+packed buffer (XLA's own program: 280 µs), 307 µs as 64 buffers. Embedding costs optimization
+time: 27 s against 9 s for that case (XLA's compile: 2-4 s).
+
+Setting BOUND_CONSTANT_BYTES passes constants of at least that size as buffers instead, packed into
+one flat buffer per dtype (each at an offset aligned like an arena slot) that the regions read
+through views, since each argument of the executable costs host time on every call (~1.3 µs on the
+H200 host, called directly). The `ThunkyProgram` holds the packs and appends them to every call.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ from .plan import Plan
 
 __all__ = ["emit", "BOUND_CONSTANT_BYTES", "ConstantPacks", "pack_constants"]
 
-# constants of at least this many bytes are passed as buffers; smaller ones stay in the regions'
-# code, where XLA can fold them (a scalar, a small table)
-BOUND_CONSTANT_BYTES = 1 << 16
+# None: every constant stays in the regions' code (faster calls, slower optimization; see above).
+# A size: constants of at least that many bytes are passed as packed buffers, smaller ones stay.
+BOUND_CONSTANT_BYTES: int | None = None
 
 
 def _layout(plan: Plan) -> tuple[list[str], list[str], list[str], set[str]]:
@@ -50,7 +53,8 @@ def _layout(plan: Plan) -> tuple[list[str], list[str], list[str], set[str]]:
 def region_constants(plan: Plan) -> dict[int, list[int]]:
     """Region id -> the constants it reads that are passed as buffers, in value order."""
     prog = plan.program
-    big = {c for c, v in prog.consts.items() if _nbytes(v) >= BOUND_CONSTANT_BYTES}
+    least = BOUND_CONSTANT_BYTES
+    big = set() if least is None else {c for c, v in prog.consts.items() if _nbytes(v) >= least}
     return {
         r.id: sorted({a for i in r.ops for a in prog.ops[i].ins if isinstance(a, int) and a in big})
         for r in plan.regions

@@ -1,7 +1,10 @@
-"""Emission of a program's large constants: passed to the regions as buffers (bound to the
-ThunkyProgram), small ones left in the regions' code; results, memory and the dialect lowering."""
+"""Emission of a program's constants: left in the regions' code by default; with
+emit.BOUND_CONSTANT_BYTES set, the large ones passed to the regions as packed buffers (bound to the
+ThunkyProgram) and small ones left; results, memory and the dialect lowering."""
 
 from __future__ import annotations
+
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +16,7 @@ from jaxrw.rewrite.profiles import H200
 from jaxrw.schedule import cuda_available, emit, lower_to_dialect, plan_program, thunky_available
 from jaxrw.schedule.buffers import ARENA_ALIGN
 from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram
-from jaxrw.schedule.emit import BOUND_CONSTANT_BYTES, bound_constants, pack_constants
+from jaxrw.schedule.emit import bound_constants, pack_constants
 from jaxrw.schedule.timing import peak_bytes
 
 from .programs import assert_matches_jit_directly
@@ -21,6 +24,18 @@ from .programs import assert_matches_jit_directly
 RNG = np.random.default_rng(0)
 BIG = RNG.standard_normal((4, 128, 128)).astype(np.float32)  # 256 KiB: passed as a buffer
 SMALL = RNG.standard_normal((8,)).astype(np.float32)  # 32 bytes: stays in the region's code
+BIND_BYTES = 1 << 16
+
+
+def _bind(monkeypatch) -> None:
+    """Constants of BIND_BYTES or more passed as buffers for the test (the package's `emit` is the
+    function, hence the module by name)."""
+    monkeypatch.setattr(importlib.import_module("jaxrw.schedule.emit"), "BOUND_CONSTANT_BYTES", BIND_BYTES)
+
+
+@pytest.fixture
+def bind(monkeypatch):
+    _bind(monkeypatch)
 
 
 def _experts(x):
@@ -47,21 +62,30 @@ def _call_jax_inputs(jaxpr) -> list[int]:
     return found
 
 
-def test_large_constants_are_bound_and_small_ones_stay():
+def test_constants_stay_in_the_regions_code_by_default():
+    plan, specs = _plan()
+    assert bound_constants(plan) == []
+    program = emit(plan)
+    assert program.bound == () and program.bound_bytes == 0
+    closed = jax.make_jaxpr(program)(*specs)
+    assert not any(np.shape(c) == BIG[0].shape for c in closed.consts)  # not arguments either
+
+
+def test_large_constants_are_bound_and_small_ones_stay(bind):
     plan, specs = _plan()
     bound = bound_constants(plan)
     sizes = sorted(np.asarray(plan.program.consts[c]).nbytes for c in bound)
-    assert sizes and all(s >= BOUND_CONSTANT_BYTES for s in sizes)
+    assert sizes and all(s >= BIND_BYTES for s in sizes)
     assert sum(sizes) >= BIG.nbytes  # BIG (or the slices of it the program reads) is bound
     program = emit(plan)
     # one float32 pack holds them all, each 256-byte aligned: the call takes one buffer, not four
     assert len(program.bound) == 1 and program.bound[0].dtype == jnp.float32
     assert sum(sizes) <= program.bound_bytes < sum(sizes) + len(sizes) * ARENA_ALIGN
     small = [c for c in plan.program.consts if c not in bound]
-    assert small and all(np.asarray(plan.program.consts[c]).nbytes < BOUND_CONSTANT_BYTES for c in small)
+    assert small and all(np.asarray(plan.program.consts[c]).nbytes < BIND_BYTES for c in small)
 
 
-def test_regions_read_bound_constants_as_buffers():
+def test_regions_read_bound_constants_as_buffers(bind):
     plan, specs = _plan()
     bound = set(bound_constants(plan))
     closed = jax.make_jaxpr(emit(plan))(*specs)
@@ -104,7 +128,10 @@ def test_packs_hold_each_constant_aligned_and_by_dtype():
     assert pack_constants(consts, []).arrays == []
 
 
-def test_emitted_program_with_bound_constants_lowers_to_the_dialect():
+@pytest.mark.parametrize("bound", [False, True])
+def test_emitted_program_lowers_to_the_dialect(bound, monkeypatch):
+    if bound:
+        _bind(monkeypatch)
     plan, specs = _plan(k=2)
     text = lower_to_dialect(plan, specs, compile_regions=True)
     assert "func.func @main" in text and text.count("thunky.async_start") == sum(
@@ -147,7 +174,10 @@ def test_peak_memory_leaves_out_bound_constants_as_jax_jit_leaves_out_its_own():
 
 @pytest.mark.skipif(not (cuda_available() and thunky_available()), reason="needs CUDA and thunky")
 @pytest.mark.gpu
-def test_bound_constants_give_jax_jit_results_on_gpu():
+@pytest.mark.parametrize("bound", [False, True])
+def test_emitted_constants_give_jax_jit_results_on_gpu(bound, monkeypatch):
+    if bound:
+        _bind(monkeypatch)
     plan, specs = _plan(k=2)
     x = jnp.asarray(RNG.standard_normal((4, 16, 128)).astype(np.float32))
     assert_matches_jit_directly(emit(plan), _experts, [x], rtol=1e-5, atol=1e-5)
