@@ -14,16 +14,16 @@ jax.jit. This optimizes the case as the benchmark does, then times side by side,
 - `rewritten`: jax.jit of the rewritten program (what `auto` measured thunky against).
 `--schedule streams` forces the thunky program (under `auto` it may not be picked); `--bind BYTES`
 passes constants of at least BYTES to the regions as packed buffers instead of leaving them in the
-regions' code (emit.BOUND_CONSTANT_BYTES; compare the per-call time and `optimize_s`). A short
+regions' code (JAXRW_BIND_CONSTANTS; compare the per-call time and `optimize_s`). A short
 table is printed last; the JSON holds every median.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
+import os
 import time
 
 import jax
@@ -32,8 +32,7 @@ from jaxrw import optimize
 from jaxrw.bench import case as bench_case
 from jaxrw.rewrite.measure import measure
 from jaxrw.schedule import Scheduled, emit
-
-emit_module = importlib.import_module("jaxrw.schedule.emit")  # the package's `emit` is the function
+from jaxrw.schedule.emit import BIND_CONSTANTS_VARIABLE
 
 
 def diagnose(name: str, dtype: str, repeats: int, size: str = "large", schedule: str = "auto") -> dict:
@@ -50,7 +49,7 @@ def diagnose(name: str, dtype: str, repeats: int, size: str = "large", schedule:
         "case": name,
         "dtype": dtype,
         "asked": schedule,
-        "bound_constant_bytes_min": emit_module.BOUND_CONSTANT_BYTES,
+        "bind_constants": os.environ.get(BIND_CONSTANTS_VARIABLE, ""),
         "schedule": entry.schedule,
         "call": type(entry.call).__name__,
         "optimize_s": optimize_s,
@@ -98,7 +97,7 @@ def main() -> None:
     )
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    emit_module.BOUND_CONSTANT_BYTES = a.bind
+    os.environ[BIND_CONSTANTS_VARIABLE] = "" if a.bind is None else str(a.bind)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("jaxrw").setLevel(logging.INFO)
     rows = [diagnose(c, a.dtype, a.repeats, a.size, a.schedule) for c in a.case]

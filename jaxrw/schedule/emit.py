@@ -12,7 +12,8 @@ ran 211 µs a call with its 128 MiB of bfloat16 weights embedded, 270 µs with t
 packed buffer (XLA's own program: 280 µs), 307 µs as 64 buffers. Embedding costs optimization
 time: 27 s against 9 s for that case (XLA's compile: 2-4 s).
 
-Setting BOUND_CONSTANT_BYTES passes constants of at least that size as buffers instead, packed into
+`JAXRW_BIND_CONSTANTS=<bytes>` (read when a program is emitted) passes constants of at least that
+size as buffers instead, packed into
 one flat buffer per dtype (each at an offset aligned like an arena slot) that the regions read
 through views, since each argument of the executable costs host time on every call (~1.3 µs on the
 H200 host, called directly). The `ThunkyProgram` holds the packs and appends them to every call.
@@ -20,6 +21,7 @@ H200 host, called directly). The `ThunkyProgram` holds the packs and appends the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,15 +30,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import InvalidOptionError
 from .buffers import ARENA_ALIGN
 from .direct import ThunkyProgram
 from .plan import Plan
 
-__all__ = ["emit", "BOUND_CONSTANT_BYTES", "ConstantPacks", "pack_constants"]
+__all__ = ["emit", "BIND_CONSTANTS_VARIABLE", "bind_constant_bytes", "ConstantPacks", "pack_constants"]
 
-# None: every constant stays in the regions' code (faster calls, slower optimization; see above).
-# A size: constants of at least that many bytes are passed as packed buffers, smaller ones stay.
-BOUND_CONSTANT_BYTES: int | None = None
+BIND_CONSTANTS_VARIABLE = "JAXRW_BIND_CONSTANTS"
+
+
+def bind_constant_bytes() -> int | None:
+    """From JAXRW_BIND_CONSTANTS: None (unset or empty) leaves every constant in the regions' code
+    (faster calls, slower optimization; see above); a size passes constants of at least that many
+    bytes as packed buffers and leaves smaller ones in the code."""
+    text = os.environ.get(BIND_CONSTANTS_VARIABLE, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise InvalidOptionError(
+            f"{BIND_CONSTANTS_VARIABLE} must be a whole number of bytes (e.g. 65536), or empty to leave "
+            f"constants in the code; got {text!r}"
+        )
+    return int(text)
 
 
 def _layout(plan: Plan) -> tuple[list[str], list[str], list[str], set[str]]:
@@ -53,7 +69,7 @@ def _layout(plan: Plan) -> tuple[list[str], list[str], list[str], set[str]]:
 def region_constants(plan: Plan) -> dict[int, list[int]]:
     """Region id -> the constants it reads that are passed as buffers, in value order."""
     prog = plan.program
-    least = BOUND_CONSTANT_BYTES
+    least = bind_constant_bytes()
     big = set() if least is None else {c for c, v in prog.consts.items() if _nbytes(v) >= least}
     return {
         r.id: sorted({a for i in r.ops for a in prog.ops[i].ins if isinstance(a, int) and a in big})

@@ -1,10 +1,10 @@
 """Emission of a program's constants: left in the regions' code by default; with
-emit.BOUND_CONSTANT_BYTES set, the large ones passed to the regions as packed buffers (bound to the
+JAXRW_BIND_CONSTANTS set, the large ones passed to the regions as packed buffers (bound to the
 ThunkyProgram) and small ones left; results, memory and the dialect lowering."""
 
 from __future__ import annotations
 
-import importlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from jax.experimental import io_callback
 
+from jaxrw.errors import InvalidOptionError
 from jaxrw.rewrite.profiles import H200
 from jaxrw.schedule import cuda_available, emit, lower_to_dialect, plan_program, thunky_available
 from jaxrw.schedule.buffers import ARENA_ALIGN
 from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram
-from jaxrw.schedule.emit import bound_constants, pack_constants
+from jaxrw.schedule.emit import BIND_CONSTANTS_VARIABLE, bind_constant_bytes, bound_constants, pack_constants
 from jaxrw.schedule.timing import peak_bytes
 
 from .programs import assert_matches_jit_directly
@@ -28,9 +29,8 @@ BIND_BYTES = 1 << 16
 
 
 def _bind(monkeypatch) -> None:
-    """Constants of BIND_BYTES or more passed as buffers for the test (the package's `emit` is the
-    function, hence the module by name)."""
-    monkeypatch.setattr(importlib.import_module("jaxrw.schedule.emit"), "BOUND_CONSTANT_BYTES", BIND_BYTES)
+    """Constants of BIND_BYTES or more passed as buffers for the test."""
+    monkeypatch.setenv(BIND_CONSTANTS_VARIABLE, str(BIND_BYTES))
 
 
 @pytest.fixture
@@ -62,7 +62,22 @@ def _call_jax_inputs(jaxpr) -> list[int]:
     return found
 
 
-def test_constants_stay_in_the_regions_code_by_default():
+@pytest.mark.parametrize("text, want", [("", None), (" ", None), ("65536", 65536), ("0", 0)])
+def test_bind_setting_is_read_from_the_environment(text, want, monkeypatch):
+    monkeypatch.setenv(BIND_CONSTANTS_VARIABLE, text)
+    assert bind_constant_bytes() == want
+
+
+@pytest.mark.parametrize("text", ["64k", "-1", "1.5", "yes"])
+def test_bad_bind_setting_names_the_value_and_what_is_allowed(text, monkeypatch):
+    monkeypatch.setenv(BIND_CONSTANTS_VARIABLE, text)
+    want = rf"JAXRW_BIND_CONSTANTS must be a whole number.*got {re.escape(repr(text))}"
+    with pytest.raises(InvalidOptionError, match=want):
+        bind_constant_bytes()
+
+
+def test_constants_stay_in_the_regions_code_by_default(monkeypatch):
+    monkeypatch.delenv(BIND_CONSTANTS_VARIABLE, raising=False)
     plan, specs = _plan()
     assert bound_constants(plan) == []
     program = emit(plan)
