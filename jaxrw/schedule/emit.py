@@ -35,7 +35,14 @@ from .buffers import ARENA_ALIGN
 from .direct import ThunkyProgram
 from .plan import Plan
 
-__all__ = ["emit", "BIND_CONSTANTS_VARIABLE", "bind_constant_bytes", "ConstantPacks", "pack_constants"]
+__all__ = [
+    "emit",
+    "BIND_CONSTANTS_VARIABLE",
+    "bind_constant_bytes",
+    "embedded_constant_bytes",
+    "ConstantPacks",
+    "pack_constants",
+]
 
 BIND_CONSTANTS_VARIABLE = "JAXRW_BIND_CONSTANTS"
 
@@ -80,6 +87,15 @@ def region_constants(plan: Plan) -> dict[int, list[int]]:
 def bound_constants(plan: Plan) -> list[int]:
     """The program's constants that regions read and that are passed as buffers, in value order."""
     return _union(region_constants(plan))
+
+
+def embedded_constant_bytes(plan: Plan) -> int:
+    """Bytes of the constants the regions read that stay in their code (not passed as buffers):
+    what thunky compiles into them."""
+    prog = plan.program
+    bound = set(bound_constants(plan))
+    read = {a for r in plan.regions for i in r.ops for a in prog.ops[i].ins if isinstance(a, int)}
+    return sum(_nbytes(v) for c, v in prog.consts.items() if c in read and c not in bound)
 
 
 def _union(used: dict[int, list[int]]) -> list[int]:

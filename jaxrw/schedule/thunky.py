@@ -23,7 +23,7 @@ from .. import compat
 from ..errors import check_choice
 from ..rewrite.profiles import Profile, default_profile
 from .direct import ThunkyProgram
-from .emit import emit
+from .emit import embedded_constant_bytes, emit
 from .plan import H200_STREAMS, Plan, ScheduleError, ScheduleUnavailableError, StreamCosts, plan_program
 from .program import build_program
 from .timing import MEASURED_MARGIN, PEAK_ALLOWANCE_BYTES, peak_bytes, pick_fastest
@@ -50,6 +50,16 @@ __all__ = [
 
 log = logging.getLogger("jaxrw")
 MODES = ("auto", "xla", "streams")
+
+# `auto` also times the plan forced to twice the streams of the planner's pick (up to WIDE_STREAMS)
+# when that plan, too, is predicted at parity: the planner prices thin GEMMs too cheaply and so
+# undercounts what more streams gain there (H200, experts_packed_8x128x2048: planned 2 streams,
+# 1.54x; 4 streams forced, 1.70-1.79x in runs g1, g4, h4; bench/README.md). A trial is a
+# compilation: it is skipped for programs whose regions embed more than WIDE_TRIAL_CONSTANT_BYTES of
+# constants (thunky compiled experts_equal's 128 MiB in 18-20 s).
+WIDE_STREAMS = 4
+WIDE_TRIAL_CONSTANT_BYTES = 16 << 20
+THUNKY_TRIALS = ("thunky", "thunky-wide")  # auto's names for its thunky candidates
 _said: set[str] = set()
 
 
@@ -326,9 +336,14 @@ def select(
     # apart from what was measured (auto's thunky pick for experts_equal, measured 1.10x, ran
     # 0.85x in H200 run g3 and 1.36x in g6), and a thunky compilation took 18 s there
     if plan and thunky_decision.use_thunky and plan.regions:
-        timed = trial["thunky"] = emit(plan, (), out_tree)
-        emitted = (lambda: timed) if not donate else (lambda: emit(plan, donate, out_tree))
-        final["thunky"] = lambda: Scheduled(_or_xla(emitted(), plain), plain, plan, thunky_decision)
+        thunky_plans = {"thunky": (plan, thunky_decision)}
+        wide = _wider_plan(closed, profile, plan, donate, costs) if measure else None
+        if wide is not None:
+            thunky_plans["thunky-wide"] = wide
+        for name, (p, decision) in thunky_plans.items():
+            timed = trial[name] = emit(p, (), out_tree)
+            emitted = functools.partial(_timed_or_again, timed, p, donate, out_tree)
+            final[name] = functools.partial(_scheduled, emitted, plain, p, decision)
         predicted["thunky"] = plan.thunky_s
     if concurrent_xla:  # XLA's command-buffer modes: no plan predicts host launch time; measured
         for mode in XLA_MODES:
@@ -356,7 +371,43 @@ def select(
         inputs=inputs,
         margin=margin,
     )
-    return Selection(choice, plain if choice == "xla" else final[choice](), why)
+    kept = plain if choice == "xla" else final[choice]()
+    if choice == "thunky-wide":  # a thunky program like any other from here on
+        choice, why = "thunky", f"{why} on {kept.plan.streams} streams (the planner's {plan.streams})"
+    return Selection(choice, kept, why)
+
+
+def _wider_plan(
+    closed: Any, profile: Profile, plan: Plan, donate: Sequence[int], costs: StreamCosts
+) -> tuple[Plan, Decision] | None:
+    """The plan on twice `plan`'s streams (at most WIDE_STREAMS) with auto's decision, where it
+    is worth a second thunky trial (see WIDE_STREAMS), else None."""
+    streams = min(2 * plan.streams, WIDE_STREAMS)
+    if (
+        plan.streams < 2
+        or streams <= plan.streams
+        or embedded_constant_bytes(plan) > WIDE_TRIAL_CONSTANT_BYTES
+    ):
+        return None
+    try:
+        wide = plan_program(closed, profile, costs=costs, streams=streams, donate=tuple(donate))
+        check(wide)
+    except ScheduleError:
+        return None
+    decision = choose("auto", wide, costs=costs, measured=True)
+    return (wide, decision) if decision.use_thunky and wide.streams > plan.streams else None
+
+
+def _timed_or_again(timed: ThunkyProgram, plan: Plan, donate: Sequence[int], out_tree: Any) -> ThunkyProgram:
+    """The program timed, or with inputs donated the plan emitted again (a donating program cannot
+    be timed on the caller's inputs)."""
+    return timed if not donate else emit(plan, donate, out_tree)
+
+
+def _scheduled(
+    emitted: Callable[[], ThunkyProgram], plain: Callable, plan: Plan, decision: Decision
+) -> Scheduled:
+    return Scheduled(_or_xla(emitted(), plain), plain, plan, decision)
 
 
 def _or_xla(program: ThunkyProgram, plain: Callable) -> ThunkyProgram:
@@ -392,7 +443,7 @@ def _overheads(
     call_overhead: Callable[[], float] | None, mode_overhead: Callable[[], float] | None
 ) -> dict[str, Callable[[], float]]:
     """pick_fastest's `overhead`: the call path's cost per candidate that pays one."""
-    paid = {} if call_overhead is None else {"thunky": call_overhead}
+    paid = {} if call_overhead is None else dict.fromkeys(THUNKY_TRIALS, call_overhead)
     if mode_overhead is not None:
         paid.update(dict.fromkeys(XLA_MODES, mode_overhead))
     return paid

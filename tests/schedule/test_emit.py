@@ -17,7 +17,13 @@ from jaxrw.rewrite.profiles import H200
 from jaxrw.schedule import cuda_available, emit, lower_to_dialect, plan_program, thunky_available
 from jaxrw.schedule.buffers import ARENA_ALIGN
 from jaxrw.schedule.direct import DirectExecutor, ThunkyProgram
-from jaxrw.schedule.emit import BIND_CONSTANTS_VARIABLE, bind_constant_bytes, bound_constants, pack_constants
+from jaxrw.schedule.emit import (
+    BIND_CONSTANTS_VARIABLE,
+    bind_constant_bytes,
+    bound_constants,
+    embedded_constant_bytes,
+    pack_constants,
+)
 from jaxrw.schedule.timing import peak_bytes
 
 from .programs import assert_matches_jit_directly
@@ -98,6 +104,17 @@ def test_large_constants_are_bound_and_small_ones_stay(bind):
     assert sum(sizes) <= program.bound_bytes < sum(sizes) + len(sizes) * ARENA_ALIGN
     small = [c for c in plan.program.consts if c not in bound]
     assert small and all(np.asarray(plan.program.consts[c]).nbytes < BIND_BYTES for c in small)
+
+
+def test_embedded_constant_bytes_counts_what_the_regions_compile_in(monkeypatch):
+    monkeypatch.delenv(BIND_CONSTANTS_VARIABLE, raising=False)
+    plan, _ = _plan()
+    everything = embedded_constant_bytes(plan)
+    assert everything >= BIG.nbytes  # BIG (or its slices) and SMALL, all in the regions' code
+    _bind(monkeypatch)
+    left = embedded_constant_bytes(plan)  # the small ones only
+    assert left == everything - sum(np.asarray(plan.program.consts[c]).nbytes for c in bound_constants(plan))
+    assert 0 < left < BIND_BYTES
 
 
 def test_regions_read_bound_constants_as_buffers(bind):
