@@ -6,17 +6,17 @@ views of the buffers; `async_start`/`async_done` for side streams), and the outp
 
 The program's constants (weights closed over, or folded when it was optimized) stay in the regions'
 code, as jax.jit keeps them in its own: thunky compiles each region with them embedded
-(`hoist_constants_as_args=False`), and XLA runs such regions faster than regions that take the same
-weights as buffers. On the H200 (bench/README.md, sixteenth lease, h5) experts_equal's thunky program
-ran 211 µs a call with its 128 MiB of bfloat16 weights embedded, 270 µs with them passed as one
-packed buffer (XLA's own program: 280 µs), 307 µs as 64 buffers. Embedding costs optimization
-time: 27 s against 9 s for that case (XLA's compile: 2-4 s).
+(`hoist_constants_as_args=False`). On the H200 (bench/README.md, sixteenth lease, h5)
+experts_equal's thunky program ran 211 µs a call with its 128 MiB of bfloat16 weights embedded,
+270 µs with them passed as one packed buffer (XLA's own program: 280 µs), 307 µs as 64 buffers
+(why the packed buffer costs 59 µs is not established). Embedding costs optimization time: 27 s
+against 9 s for that case (XLA's compile: 2-4 s).
 
 `JAXRW_BIND_CONSTANTS=<bytes>` (read when a program is emitted) passes constants of at least that
-size as buffers instead, packed into
-one flat buffer per dtype (each at an offset aligned like an arena slot) that the regions read
-through views, since each argument of the executable costs host time on every call (~1.3 µs on the
-H200 host, called directly). The `ThunkyProgram` holds the packs and appends them to every call.
+size as buffers instead, packed into one flat buffer per dtype (each at an offset aligned like an
+arena slot) that the regions read through views, since each argument of the executable costs host
+time on every call (~1.3 µs on the H200 host, called directly). The `ThunkyProgram` holds the
+packs and appends them to every call.
 """
 
 from __future__ import annotations

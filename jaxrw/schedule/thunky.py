@@ -407,6 +407,7 @@ def _timed_or_again(timed: ThunkyProgram, plan: Plan, donate: Sequence[int], out
 def _scheduled(
     emitted: Callable[[], ThunkyProgram], plain: Callable, plan: Plan, decision: Decision
 ) -> Scheduled:
+    """The Scheduled auto keeps for a thunky pick."""
     return Scheduled(_or_xla(emitted(), plain), plain, plan, decision)
 
 
