@@ -13,6 +13,7 @@
 #   bench/gpu_session.sh variance      # separate compilations of one program, with and without
 #                                      # XLA's autotuning (bench/compile_variance_h200.py), jax 0.12
 #   bench/gpu_session.sh transpose     # the cases Profile.transpose_folded decides, with it off and on
+#   bench/gpu_session.sh chains        # the cases Profile.concat_chains decides, with it off and on
 #   bench/gpu_session.sh thunkycost    # a thunky call's cost per input and per view, jax 0.12
 #   bench/gpu_session.sh pick          # auto's thunky pick taken apart (bench/thunky_pick_h200.py:
 #                                      # auto, streams, streams with constants bound), then the
@@ -28,6 +29,24 @@ OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 base_path="/tmp/site:$PWD"
+# profile_ab FIELD CASES SUITE STAMP [ARGS]: CASES under the built-in h200 profile and under one
+# with the boolean Profile.FIELD on (saved to a fresh cache directory, which jaxrw then loads)
+profile_ab() {
+  local field=$1 cases=$2 suite=$3 stamp=$4
+  shift 4
+  export PYTHONPATH=/tmp/site12:$base_path
+  for profile in ${PROFILES:-builtin $field}; do
+    local cache
+    cache=$(mktemp -d)
+    if [ "$profile" = "$field" ]; then
+      JAXRW_CACHE_DIR=$cache "${PYTHON:-python3}" -c "import dataclasses; from jaxrw.rewrite import profiles as p; \
+p.save_profile(dataclasses.replace(p.H200, $field=True))"
+    fi
+    JAXRW_CACHE_DIR=$cache OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=$stamp-$profile \
+      bash bench/run_h200.sh --suite "$suite" --case "$cases" "$@"
+  done
+}
+
 case "${1:-}" in
   install)
     dir=${2:?wheel directory}
@@ -75,18 +94,16 @@ case "${1:-}" in
   transpose)
     # Profile.transpose_folded: the four cases whose float32 decision it changes with the h200
     # profile, under the built-in profile (off) and under one with it on (bench/README.md,
-    # twelfth lease), both dtypes. PROFILES="builtin" or "folded" runs one half (each ~4 minutes).
-    export PYTHONPATH=/tmp/site12:$base_path
-    cases=llama288,llama4096,llama4096_hoist,gpt_train_step
-    for profile in ${PROFILES:-builtin folded}; do
-      cache=$(mktemp -d)
-      if [ "$profile" = folded ]; then
-        JAXRW_CACHE_DIR=$cache "${PYTHON:-python3}" -c "import dataclasses; from jaxrw.rewrite import profiles as p; \
-p.save_profile(dataclasses.replace(p.H200, transpose_folded=True))"
-      fi
-      JAXRW_CACHE_DIR=$cache OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=${STAMP:-t}-$profile \
-        bash bench/run_h200.sh --suite models --case "$cases" "${@:2}"
-    done
+    # twelfth lease), both dtypes. PROFILES="builtin" or "transpose_folded" runs one half (~4 min).
+    profile_ab transpose_folded llama288,llama4096,llama4096_hoist,gpt_train_step models "${STAMP:-t}" "${@:2}"
+    ;;
+  chains)
+    # Profile.concat_chains: the seven cases whose large-size decisions it changes with the h200
+    # profile (bench/README.md, sixteenth session), built-in profile and with it on, both dtypes.
+    # PROFILES="builtin" or "concat_chains" runs one half.
+    profile_ab concat_chains \
+      experts_equal,experts_packed,llama288,multibranch_cell,nasrnn_args,small_decoders,stacked_matvec_16 \
+      all "${STAMP:-c}" "${@:2}"
     ;;
   thunkycost)
     # what a thunky call costs per input, per view and in all (bench/thunky_cost_h200.py), jax 0.12
@@ -103,5 +120,5 @@ p.save_profile(dataclasses.replace(p.H200, transpose_folded=True))"
     done
     python3 -m pytest -q -p no:cacheprovider tests/schedule -m gpu
     ;;
-  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose | thunkycost | pick" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose | chains | thunkycost | pick" >&2; exit 2 ;;
 esac

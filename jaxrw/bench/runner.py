@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import compat
 from ..api import optimize, relative_error, tolerance
 from ..errors import Interrupt
 from ..hoist import HANDOFF_AFTER
@@ -402,6 +403,21 @@ def environment(opts: Options) -> dict[str, Any]:
         "opt_timeout_s": opts.opt_deadline(),
         "budget_s": opts.budget(),
         "commit": _git_commit(),
+        "profile": _profile_in_use(),
+    }
+
+
+def _profile_in_use() -> dict[str, Any]:
+    """The cost-model profile jaxrw takes by default here (built-in, or a saved one) and its
+    switches: what an A/B of a profile setting (bench/gpu_session.sh transpose, chains) compared."""
+    from ..rewrite.profiles import default_profile
+
+    p = default_profile(compat.device_kind())
+    return {
+        "name": p.name,
+        "source": p.source,
+        "transpose_folded": p.transpose_folded,
+        "concat_chains": p.concat_chains,
     }
 
 

@@ -184,9 +184,23 @@ class Roofline:
             if name in COPYING_SLICES and node.eclass in view.output_set:
                 return fused + (1 - FUSED_SHARE) * out_b / p.bandwidth + p.launch_s
             return fused
+        if p.concat_chains and node.op == "concat" and _chains(view, node):
+            # a link of a same-axis chain: decode emits the chain as one n-ary concatenate, so a
+            # link copies only its right operand and shares the chain's one launch
+            return 2 * nbytes(view, node.children[1]) / p.bandwidth
         in_b = out_b if name in SLICING else sum(nbytes(view, c) for c in node.children)
         flops = node_flops(node, view)
         return max(flops / p.vector_flops, (in_b + out_b) / p.bandwidth) + p.launch_s
+
+
+def _chains(view: EGraphView, node: Node) -> bool:
+    """Whether a concat's left operand can be a concat along the same axis (decode.py flattens
+    such left-nested chains into one n-ary concatenate; `Profile.concat_chains`)."""
+    axis = node.attrs[0]
+    return any(
+        view.nodes[n].op == "concat" and view.nodes[n].attrs[0] == axis
+        for n in view.classes.get(node.children[0], ())
+    )
 
 
 def _scalar_like(view: EGraphView, eclass: str) -> bool:

@@ -46,6 +46,12 @@ class Profile:
     # measures it (x @ W.T against x @ W); off in the built-in profiles, whose decisions were
     # validated on the H200 without it (bench/README.md, twelfth lease)
     transpose_folded: bool = False
+    # whether a left-nested chain of same-axis concats is priced as decode emits it, one n-ary
+    # concatenate (each link copies its right operand; one launch per chain) rather than link by
+    # link. Off in the built-in profiles until measured: on the H200 profile it changes 14 of the
+    # 98 large bench decisions, six of them from kept to rewritten (bench/README.md, sixteenth
+    # session; `bench/gpu_session.sh chains` times both)
+    concat_chains: bool = False
     source: str = "built-in"
 
     def matmul_rate(self, dtype: str) -> float:
@@ -140,6 +146,7 @@ def load_profile(path: Path) -> Profile | None:
             gemm_efficiency={int(k): float(v) for k, v in data.get("gemm_efficiency", {}).items()},
             call_s=float(data.get("call_s", 0.0)),
             transpose_folded=bool(data.get("transpose_folded", False)),
+            concat_chains=bool(data.get("concat_chains", False)),
             source=str(path),
         )
         rates = [prof.vector_flops, prof.bandwidth, *prof.matmul_flops.values()]
