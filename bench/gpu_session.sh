@@ -14,6 +14,7 @@
 #                                      # XLA's autotuning (bench/compile_variance_h200.py), jax 0.12
 #   bench/gpu_session.sh transpose     # the cases Profile.transpose_folded decides, with it off and on
 #   bench/gpu_session.sh chains        # the cases Profile.concat_chains decides, with it off and on
+#   bench/gpu_session.sh batching      # experts_equal/_packed: iteration limit x concat_chains
 #   bench/gpu_session.sh thunkycost    # a thunky call's cost per input and per view, jax 0.12
 #   bench/gpu_session.sh pick          # auto's thunky pick taken apart (bench/thunky_pick_h200.py:
 #                                      # auto, streams, streams with constants bound), then the
@@ -105,6 +106,14 @@ case "${1:-}" in
       experts_equal,experts_packed,llama288,multibranch_cell,nasrnn_args,small_decoders,stacked_matvec_16 \
       all "${STAMP:-c}" "${@:2}"
     ;;
+  batching)
+    # experts_equal and experts_packed rewritten with 12 and 48 iterations, concat_chains off and
+    # on, schedule="xla" (bench/batching_h200.py; bench/README.md, "A win jaxrw leaves"), jax 0.12
+    export PYTHONPATH=/tmp/site12:$base_path
+    for dtype in ${DTYPES:-bfloat16 float32}; do
+      python3 bench/batching_h200.py --dtype "$dtype" --json "$OUT/h200-${STAMP:-bt}-batching-$dtype.json" "${@:2}"
+    done
+    ;;
   thunkycost)
     # what a thunky call costs per input, per view and in all (bench/thunky_cost_h200.py), jax 0.12
     PYTHONPATH=/tmp/site12:$base_path python3 bench/thunky_cost_h200.py \
@@ -120,5 +129,5 @@ case "${1:-}" in
     done
     python3 -m pytest -q -p no:cacheprovider tests/schedule -m gpu
     ;;
-  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose | chains | thunkycost | pick" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose | chains | batching | thunkycost | pick" >&2; exit 2 ;;
 esac
