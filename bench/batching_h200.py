@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import json
 import time
 
 import jax
 
 from jaxrw import compat, optimize
 from jaxrw.bench.case import CASES, load_suites
+from jaxrw.bench.report import write_rows
 from jaxrw.rewrite.measure import measure
 from jaxrw.rewrite.profiles import default_profile
 
@@ -80,11 +80,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     results = [run_case(c, a.dtype, a.size, a.repeats) for c in a.case]
-    meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__}
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({**meta, "rows": results}, f, indent=1)
-    print(meta)
+    print(write_rows(a.json, results))
     for r in results:
         base = r["median_us"]["jax.jit"]
         hand = r["median_us"].get("hand")

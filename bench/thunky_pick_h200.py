@@ -21,7 +21,6 @@ table is printed last; the JSON holds every median.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import time
@@ -30,6 +29,7 @@ import jax
 
 from jaxrw import optimize
 from jaxrw.bench import case as bench_case
+from jaxrw.bench.report import write_rows
 from jaxrw.rewrite.measure import measure
 from jaxrw.schedule import Scheduled, emit
 from jaxrw.schedule.emit import BIND_CONSTANTS_VARIABLE
@@ -101,11 +101,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("jaxrw").setLevel(logging.INFO)
     rows = [diagnose(c, a.dtype, a.repeats, a.size, a.schedule) for c in a.case]
-    meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__}
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({**meta, "rows": rows}, f, indent=1)
-    print(meta)
+    print(write_rows(a.json, rows))
     for r in rows:
         base = r["median_us"]["jax.jit"]
         cells = ", ".join(f"{k} {v:.1f} µs ({base / v:.2f}x)" for k, v in r["median_us"].items())

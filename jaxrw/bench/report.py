@@ -26,10 +26,25 @@ __all__ = [
     "stop_summary",
     "table",
     "plot",
+    "write_rows",
 ]
 
 SLOWER, FASTER = 0.97, 1.03  # speedups outside this band are colored
 AT_LEAST = 0.98  # issue 4: every case at >= 0.98x of jax.jit; the runner samples on until settled
+
+
+def write_rows(path: str | None, rows: list[dict]) -> dict[str, str]:
+    """The device and jax version, and with `path` the JSON {device, jax, rows} written there (the
+    layout of the bench/*_h200.py diagnostics)."""
+    import json
+
+    import jax
+
+    meta = {"device": jax.devices()[0].device_kind, "jax": jax.__version__}
+    if path:
+        with open(path, "w") as f:
+            json.dump({**meta, "rows": rows}, f, indent=1)
+    return meta
 
 
 def geomean(xs: list[float]) -> float | None:
