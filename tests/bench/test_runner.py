@@ -13,7 +13,7 @@ import pytest
 
 from jaxrw.bench import runner, timing
 from jaxrw.bench.case import CASES, Rand, load_suites, select
-from jaxrw.bench.report import geomean, paired_speedup, summarize_suites
+from jaxrw.bench.report import geomean, paired_speedup, summarize_suites, write_rows
 from jaxrw.errors import InvalidOptionError
 
 load_suites()
@@ -189,3 +189,13 @@ def test_the_recorded_commit_can_be_given(monkeypatch):
     assert runner._git_commit() == "24b29b3+dirty"
     monkeypatch.setenv("JAXRW_COMMIT", "not a commit; rm -rf")  # anything else is ignored
     assert runner._git_commit() != "not a commit; rm -rf"
+
+
+def test_write_rows_records_the_device_and_jax_with_the_rows(tmp_path):
+    import json
+
+    rows = [{"case": "a", "median_us": {"jax.jit": 1.5}}]
+    meta = write_rows(str(tmp_path / "r.json"), rows)
+    assert meta == {"device": jax.devices()[0].device_kind, "jax": jax.__version__}
+    assert json.loads((tmp_path / "r.json").read_text()) == {**meta, "rows": rows}
+    assert write_rows(None, rows) == meta  # no path: nothing written, the same meta
