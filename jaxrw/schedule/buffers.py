@@ -20,9 +20,15 @@ from .program import Lit, Program
 if TYPE_CHECKING:
     from .plan import Plan, Region
 
-__all__ = ["Storage", "Slot", "Buffer", "place", "ARENA_ALIGN"]
+__all__ = ["Storage", "Slot", "Buffer", "place", "ARENA_ALIGN", "aligned"]
 
 ARENA_ALIGN = 256  # bytes: XLA aligns its own temporaries this way; kernels may rely on it
+
+
+def aligned(offset: int, dtype: np.dtype) -> int:
+    """The first element offset at or after `offset` that is ARENA_ALIGN-byte aligned for `dtype`."""
+    unit = max(1, ARENA_ALIGN // np.dtype(dtype).itemsize)
+    return -(-offset // unit) * unit
 
 
 @dataclass(frozen=True)
@@ -181,7 +187,6 @@ def place(plan: Plan) -> None:
     placed: list[tuple[int, str, int, int, int, int]] = []  # value, dtype, start, end, s0, s1
     for v in sorted(live, key=lambda x: (-prog.nbytes(x), x)):
         dt = str(prog.dtype(v))
-        unit = max(1, ARENA_ALIGN // prog.dtype(v).itemsize)
         size = int(math.prod(prog.shape(v)))
         s0, s1 = live[v]
         busy = sorted((a, b) for (_, d, a, b, t0, t1) in placed if d == dt and not (t1 < s0 or s1 < t0))
@@ -189,7 +194,7 @@ def place(plan: Plan) -> None:
         for a, b in busy:
             if off + size <= a:
                 break
-            off = max(off, -(-b // unit) * unit)
+            off = max(off, aligned(b, prog.dtype(v)))
         placed.append((v, dt, off, off + size, s0, s1))
         arena_end[dt] = max(arena_end.get(dt, 0), off + size)
         buffers[v] = Buffer(v, "scratch", Slot(f"arena:{dt}", off, prog.shape(v), dt))

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import compat
 from ..rewrite.profiles import H200, Profile
-from .buffers import ARENA_ALIGN, Slot
+from .buffers import Slot, aligned
 from .plan import H200_STREAMS, ScheduleError, Step, StreamCosts, _cluster_time, _table, _vals
 from .program import Lit, Program, build_program
 from .validate import PlanError
@@ -369,14 +369,13 @@ def _place(plan: CollectivePlan, lane: Lane) -> None:
             lane.slots[v] = Slot(f"in:{prog.inputs.index(v)}", 0, shape, dt)
             continue
         first, last, _ = live[v]
-        unit = max(1, ARENA_ALIGN // prog.dtype(v).itemsize)
         size = max(1, math.prod(shape))
         busy = sorted((a, b) for a, b, f, la in placed.get(dt, []) if not (la < first or last < f))
         off = 0
         for a, b in busy:
             if off + size <= a:
                 break
-            off = max(off, -(-b // unit) * unit)
+            off = max(off, aligned(b, prog.dtype(v)))
         placed.setdefault(dt, []).append((off, off + size, first, last))
         lane.slots[v] = Slot(f"arena:{dt}", off, shape, dt)
 

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import InvalidOptionError
-from .buffers import ARENA_ALIGN
+from .buffers import aligned
 from .direct import ThunkyProgram
 from .plan import Plan
 
@@ -113,15 +113,14 @@ class ConstantPacks:
 
 def pack_constants(consts: dict[int, Any], bound: Sequence[int]) -> ConstantPacks:
     """`bound` constants of `consts` packed into one flat array per dtype (in order of first use),
-    each at an offset aligned to ARENA_ALIGN bytes, the padding zero."""
+    each at an offset aligned like an arena slot (buffers.aligned), the padding zero."""
     values = {c: np.asarray(consts[c]) for c in bound}
     dtypes = list(dict.fromkeys(v.dtype for v in values.values()))
     where: dict[int, tuple[int, int, tuple[int, ...]]] = {}
     ends = [0] * len(dtypes)
     for c, v in values.items():
         i = dtypes.index(v.dtype)
-        unit = max(1, ARENA_ALIGN // v.dtype.itemsize)
-        offset = -(-ends[i] // unit) * unit
+        offset = aligned(ends[i], v.dtype)
         where[c] = (i, offset, v.shape)
         ends[i] = offset + v.size
     arrays = [np.zeros(n, d) for n, d in zip(ends, dtypes, strict=True)]
