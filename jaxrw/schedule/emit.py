@@ -73,14 +73,26 @@ def _layout(plan: Plan) -> tuple[list[str], list[str], list[str], set[str]]:
     return ins, outs, arenas, hosted
 
 
+def _constants_read(plan: Plan) -> dict[int, set[int]]:
+    """Region id -> the program's constants its ops read."""
+    prog = plan.program
+    return {
+        r.id: {a for i in r.ops for a in prog.ops[i].ins if isinstance(a, int) and a in prog.consts}
+        for r in plan.regions
+    }
+
+
+def _passed(value: Any, least: int | None) -> bool:
+    """Whether a constant goes to the regions as a buffer under the setting `least` (bytes)."""
+    return least is not None and _nbytes(value) >= least
+
+
 def region_constants(plan: Plan) -> dict[int, list[int]]:
     """Region id -> the constants it reads that are passed as buffers, in value order."""
-    prog = plan.program
-    least = bind_constant_bytes()
-    big = set() if least is None else {c for c, v in prog.consts.items() if _nbytes(v) >= least}
+    consts, least = plan.program.consts, bind_constant_bytes()
     return {
-        r.id: sorted({a for i in r.ops for a in prog.ops[i].ins if isinstance(a, int) and a in big})
-        for r in plan.regions
+        rid: sorted(c for c in read if _passed(consts[c], least))
+        for rid, read in _constants_read(plan).items()
     }
 
 
@@ -92,10 +104,9 @@ def bound_constants(plan: Plan) -> list[int]:
 def embedded_constant_bytes(plan: Plan) -> int:
     """Bytes of the constants the regions read that stay in their code (not passed as buffers):
     what thunky compiles into them."""
-    prog = plan.program
-    bound = set(bound_constants(plan))
-    read = {a for r in plan.regions for i in r.ops for a in prog.ops[i].ins if isinstance(a, int)}
-    return sum(_nbytes(v) for c, v in prog.consts.items() if c in read and c not in bound)
+    consts, least = plan.program.consts, bind_constant_bytes()
+    read = set().union(*_constants_read(plan).values())
+    return sum(_nbytes(consts[c]) for c in read if not _passed(consts[c], least))
 
 
 def _union(used: dict[int, list[int]]) -> list[int]:
