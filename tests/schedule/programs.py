@@ -1,5 +1,5 @@
 """Small programs shaped like the scheduler's workloads: (name, fn, args, donate), fn of flat arrays;
-and the GPU tests' check of an emitted program against jax.jit."""
+the GPU tests' check of an emitted program against jax.jit; and a pretend CUDA device for auto."""
 
 from __future__ import annotations
 
@@ -162,3 +162,11 @@ def assert_matches_jit_directly(program, fn, args, rtol=1e-5, atol=0.0):
                 np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=rtol, atol=atol
             )
     assert program._direct is not None, program.why_not_direct
+
+
+def pretend_cuda(monkeypatch) -> None:
+    """auto's policy on this machine as on a CUDA device with thunky (nothing can run there)."""
+    from jaxrw.schedule import thunky as sched_thunky
+
+    monkeypatch.setattr(sched_thunky, "cuda_available", lambda: True)
+    monkeypatch.setattr(sched_thunky, "thunky_available", lambda: True)

@@ -31,7 +31,16 @@ from jaxrw.schedule import thunky as sched_thunky
 from jaxrw.schedule import timing as sched_timing
 from jaxrw.schedule.xla_modes import XLA_MODES, TopLevel
 
-from .programs import PROGRAMS, assert_matches_jit_directly, cell, donated, experts_packed, flat, specs_of
+from .programs import (
+    PROGRAMS,
+    assert_matches_jit_directly,
+    cell,
+    donated,
+    experts_packed,
+    flat,
+    pretend_cuda,
+    specs_of,
+)
 
 needs_cuda = pytest.mark.skipif(not (cuda_available() and thunky_available()), reason="needs CUDA and thunky")
 
@@ -242,13 +251,8 @@ def test_emitted_program_runs_through_its_executable_on_gpu():
 SLOW = dataclasses.replace(H200, matmul_flops={"float32": 1e9}, gemm_efficiency={0: 0.2})
 
 
-def _pretend_cuda(monkeypatch):
-    monkeypatch.setattr(sched_thunky, "cuda_available", lambda: True)
-    monkeypatch.setattr(sched_thunky, "thunky_available", lambda: True)
-
-
 def test_auto_follows_predictions_without_measuring(monkeypatch):
-    _pretend_cuda(monkeypatch)
+    pretend_cuda(monkeypatch)
     fn, args, _ = cell(np.random.default_rng(0))
     specs = specs_of(args)
     picked = apply("auto", fn, specs, (), SLOW, measure=False, concurrent_xla=False)
@@ -266,7 +270,7 @@ def test_auto_follows_predictions_without_measuring(monkeypatch):
 def test_auto_keeps_the_very_program_it_timed_unless_inputs_are_donated(monkeypatch, donate):
     # compiled again, a pick could run apart from what was measured (H200 run g3: measured 1.10x,
     # ran 0.85x); timed on the caller's inputs, a donating program cannot be the one timed
-    _pretend_cuda(monkeypatch)
+    pretend_cuda(monkeypatch)
     seen = {}
 
     def pick(base, trial, specs, name, **kw):
@@ -293,7 +297,7 @@ def test_auto_keeps_the_very_program_it_timed_unless_inputs_are_donated(monkeypa
 def test_forced_streams_keep_to_xla_peak_memory(monkeypatch):
     # the planner's streams compiled to more peak memory than jax.jit's program (on the H200:
     # experts_medium_4, two streams 502 MiB, XLA 462): one stream instead, and the reason says so
-    _pretend_cuda(monkeypatch)
+    pretend_cuda(monkeypatch)
     fn, args, _ = cell(np.random.default_rng(0))
     specs = specs_of(args)
     mib = 1 << 20
@@ -316,7 +320,7 @@ def test_forced_streams_keep_to_xla_peak_memory(monkeypatch):
 
 
 def test_auto_survives_a_candidate_that_fails(monkeypatch, caplog):
-    _pretend_cuda(monkeypatch)  # the thunky candidate cannot run on this CPU: auto must shrug it off
+    pretend_cuda(monkeypatch)  # the thunky candidate cannot run on this CPU: auto must shrug it off
     fn, args, _ = cell(np.random.default_rng(0))
     with caplog.at_level(logging.INFO, logger="jaxrw"):
         f = apply("auto", fn, specs_of(args), (), SLOW)

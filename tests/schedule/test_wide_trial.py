@@ -12,7 +12,7 @@ from jaxrw.rewrite.profiles import H200
 from jaxrw.schedule import Scheduled
 from jaxrw.schedule import thunky as sched_thunky
 
-from .programs import cell, experts_varied, specs_of
+from .programs import cell, experts_varied, pretend_cuda, specs_of
 
 # matrix products slow enough that the planner puts cell on two streams and predicts four at
 # parity or better; experts_varied on two, with four predicted slower
@@ -23,8 +23,7 @@ SLOW = dataclasses.replace(H200, matmul_flops={"float32": 1e9}, gemm_efficiency=
 
 def _select(monkeypatch, case, profile, answer="xla", donate=()):
     """select() on a pretend CUDA device, pick_fastest answering `answer`; (selection, trial)."""
-    monkeypatch.setattr(sched_thunky, "cuda_available", lambda: True)
-    monkeypatch.setattr(sched_thunky, "thunky_available", lambda: True)
+    pretend_cuda(monkeypatch)
     seen: dict = {}
 
     def pick(base, trial, specs, name, **kw):
