@@ -491,9 +491,14 @@ class Optimized:
             report.schedule = f"{mode}: {why}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
         else:
-            as_written = not report.rewritten  # kept: a schedule must beat timing.kept_terms
-            fn = result.fn if result.fn is not None else (lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
+            original = lambda *xs: jax.tree_util.tree_leaves(flat(*xs))  # noqa: E731
+            fn = result.fn if result.fn is not None else original
             try:
+                if report.rewritten and not tune:  # autotune measured already
+                    fn = choice.confirm_rewrite(
+                        self.schedule, fn, original, leaves, report, self.schedule_memory_slack
+                    )
+                as_written = not report.rewritten  # kept: a schedule must beat timing.kept_terms
                 chosen, why = choice.for_program(
                     self.schedule, fn, specs, leaves, donate, profile, self.schedule_memory_slack, as_written
                 )

@@ -48,10 +48,11 @@ class Profile:
     transpose_folded: bool = False
     # whether a left-nested chain of same-axis concats is priced as decode emits it, one n-ary
     # concatenate (each link copies its right operand; one launch per chain) rather than link by
-    # link. Off in the built-in profiles until measured: on the H200 profile it changes 14 of the
-    # 98 large bench decisions, six of them from kept to rewritten (bench/README.md, sixteenth
-    # session; `bench/gpu_session.sh chains` times both)
-    concat_chains: bool = False
+    # link. On since the seventeenth lease: on the H200 the seven bench cases whose decisions it
+    # changes ran at least 0.98x with it but multibranch_cell bf16 (0.98x, [0.97, 0.99]; its
+    # rewrite is now timed against the program as written, choice.confirm_rewrite), small_decoders
+    # 1.18-1.30x where it was kept (bench/README.md, seventeenth lease)
+    concat_chains: bool = True
     source: str = "built-in"
 
     def matmul_rate(self, dtype: str) -> float:
@@ -146,7 +147,7 @@ def load_profile(path: Path) -> Profile | None:
             gemm_efficiency={int(k): float(v) for k, v in data.get("gemm_efficiency", {}).items()},
             call_s=float(data.get("call_s", 0.0)),
             transpose_folded=bool(data.get("transpose_folded", False)),
-            concat_chains=bool(data.get("concat_chains", False)),
+            concat_chains=bool(data.get("concat_chains", Profile.concat_chains)),
             source=str(path),
         )
         rates = [prof.vector_flops, prof.bandwidth, *prof.matmul_flops.values()]

@@ -46,7 +46,7 @@ def test_bench_writes_json_and_png(bench_run, capsys):
     assert meta["dtype"] == "float32" and meta["size"] == "small" and meta["repeats"] == 2
     assert meta["max_rounds"] == 2  # the small size takes no extra rounds unless --max-rounds says so
     # the profile the cost model took, with its switches (what an A/B of one compares)
-    assert meta["profile"]["name"] and meta["profile"]["concat_chains"] is False
+    assert meta["profile"]["name"] and meta["profile"]["concat_chains"] is True
     (rec,) = result["cases"]
     assert rec["case"] == "chain_mv" and rec["status"] == "ok"
     for name in ("jax.jit", "jaxrw", "jaxrw@jit", "hand"):
