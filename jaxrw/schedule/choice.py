@@ -95,14 +95,14 @@ def confirm_rewrite(
     original: Callable,
     leaves: Sequence[Any],
     report: Any,
-    memory_slack: float,
 ) -> Callable:
     """The program to schedule: `rewritten`, unless auto can time here, the rewrite's predicted
     speedup is under CONFIRM_BELOW and it did not measure REWRITE_MARGIN faster than `original`
-    (twice, as auto's picks; within `memory_slack` of its peak memory). Then `original`, and
-    `report` says so: not rewritten, with the guard's note. The program as written runs with no
-    Python of jaxrw's, so the rewrite pays the fast path's frame. If the timing fails, the rewrite
-    stands (the guard's prediction, as without a GPU)."""
+    (twice, as auto's picks). Then `original`, and `report` says so: not rewritten, with the
+    guard's note. The program as written runs with no Python of jaxrw's, so the rewrite pays the
+    fast path's frame. Peak memory is not a condition, as it is not the guard's (a schedule's
+    is: for_program); not compiling for it saves two compilations. If the timing fails, the
+    rewrite stands (the guard's prediction, as without a GPU)."""
     predicted = report.predicted_speedup
     if mode != "auto" or _untimed(mode, leaves) or predicted >= CONFIRM_BELOW:
         return rewritten
@@ -114,7 +114,7 @@ def confirm_rewrite(
             {"rewrite": jax.jit(rewritten)},
             [spec(x) for x in args],
             getattr(original, "__name__", "program"),
-            memory_slack=memory_slack,
+            memory_slack=None,
             overhead={"rewrite": fast_path_frame_s},
             notes=notes,
             inputs=args,

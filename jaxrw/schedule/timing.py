@@ -191,7 +191,7 @@ def pick_fastest(
     flat_specs: Sequence[Any],
     name: str,
     rounds: int = 9,
-    memory_slack: float = 0.0,
+    memory_slack: float | None = 0.0,
     overhead: Mapping[str, Callable[[], float]] | None = None,
     notes: list[str] | None = None,
     launch_s: float | None = None,
@@ -200,7 +200,8 @@ def pick_fastest(
     margin: float = MEASURED_MARGIN,
 ) -> tuple[str, float] | None:
     """The candidate measurably faster than `base` (by `margin`, with a peak memory at most
-    `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's) and its speedup, or None.
+    `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's; None: no bound, and nothing compiled
+    to learn it) and its speedup, or None.
 
     Timed interleaved as the benchmarks time (rewrite.measure) and judged round by round: the
     median round must show the margin, and three rounds of four a gain, in each of two separate
@@ -227,7 +228,7 @@ def pick_fastest(
         trial = {k: f for k, f in trial.items() if k not in launch_bound}
     if not trial:
         return None
-    base_peak = peak_bytes(base, args)  # after the gate: it compiles base once more
+    base_peak = None if memory_slack is None else peak_bytes(base, args)  # after the gate: a compilation
     compile_side_by_side([f for k, f in trial.items() if k in launch_bound], args)  # XLA's modes
     ok: dict[str, Callable] = {}
     for label, f in trial.items():
@@ -235,7 +236,7 @@ def pick_fastest(
             got = jax.tree_util.tree_leaves(f(*args))
             if [g.shape for g in got] != [w.shape for w in want]:
                 raise ScheduleError("outputs differ in shape from jax.jit's")
-            peak = peak_bytes(f, args)
+            peak = None if memory_slack is None else peak_bytes(f, args)
             limit = None if base_peak is None else base_peak * (1 + memory_slack) + PEAK_ALLOWANCE_BYTES
             if limit is not None and peak is not None and peak > limit:
                 log.info(

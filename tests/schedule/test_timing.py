@@ -152,3 +152,18 @@ def test_a_pick_needs_a_second_timing_to_agree(monkeypatch):
     timings[0]["xla-graphs"] = timings[0]["xla-concurrent"] = [1.0] * 9
     calls.clear()
     assert timing.pick_fastest(base, trial, specs, "f") is None and len(calls) == 1
+
+
+def test_without_a_memory_bound_nothing_is_compiled_for_peak_memory(monkeypatch):
+    base, cand = (lambda x: x + 1), (lambda x: x + 2)
+    specs = [jax.ShapeDtypeStruct((4,), np.float32)]
+    _rounds(monkeypatch, {"xla": [1.0] * 9, "rewrite": [1.0 / 1.3] * 9})
+    monkeypatch.setattr(timing, "peak_bytes", lambda f, args: pytest.fail("peak memory asked for"))
+    picked = timing.pick_fastest(base, {"rewrite": cand}, specs, "f", memory_slack=None)
+    assert picked is not None and picked[0] == "rewrite" and picked[1] == pytest.approx(1.3)
+    # with a bound, a candidate over it is refused however fast it is
+    peaks = {base: 100 << 20, cand: 120 << 20}
+    monkeypatch.setattr(timing, "peak_bytes", lambda f, args: peaks[f])
+    notes: list[str] = []
+    assert timing.pick_fastest(base, {"rewrite": cand}, specs, "f", memory_slack=0.1, notes=notes) is None
+    assert notes == ["rewrite +20.0% peak memory"]
