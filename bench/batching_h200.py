@@ -12,7 +12,6 @@ time of a call, interleaved. A short table is printed last.
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import time
 
@@ -20,20 +19,11 @@ import jax
 
 from jaxrw import compat, optimize
 from jaxrw.bench.case import CASES, load_suites
-from jaxrw.bench.report import write_rows
+from jaxrw.bench.report import program_ops, write_rows
 from jaxrw.rewrite.measure import measure
 from jaxrw.rewrite.profiles import default_profile
 
 ITERATIONS = (12, 48)
-
-
-def _dots(opt, args) -> int | None:
-    """Dots in the program jaxrw runs for `args` (None when it kept the original)."""
-    entry = next(iter(opt._cache.values()))
-    if entry.fn is None:
-        return None
-    closed = jax.make_jaxpr(entry.fn)(*jax.tree_util.tree_leaves(args))
-    return collections.Counter(e.primitive.name for e in closed.jaxpr.eqns)["dot_general"]
 
 
 def run_case(name: str, dtype: str, size: str, repeats: int) -> dict:
@@ -61,7 +51,7 @@ def run_case(name: str, dtype: str, size: str, repeats: int) -> dict:
                 "stop": str(rep.stop_reason),
                 "rewritten": bool(rep.rewritten),
                 "predicted_us": rep.cost_after * 1e6,
-                "dots": _dots(opt, args),
+                "dots": (program_ops(opt, args) or {}).get("dot_general"),
             }
             variants[label] = (opt, args)
     timed = measure(variants, repeats=repeats, sample_s=0.05)

@@ -27,6 +27,7 @@ __all__ = [
     "table",
     "plot",
     "write_rows",
+    "program_ops",
 ]
 
 SLOWER, FASTER = 0.97, 1.03  # speedups outside this band are colored
@@ -45,6 +46,21 @@ def write_rows(path: str | None, rows: list[dict]) -> dict[str, str]:
         with open(path, "w") as f:
             json.dump({**meta, "rows": rows}, f, indent=1)
     return meta
+
+
+def program_ops(opt: Any, args: tuple) -> dict[str, int] | None:
+    """Equations per primitive in the program an optimized function runs for `args` (its first
+    signature, built by then), or None where it runs none of its own (fallen back): what the bench
+    diagnostics count ("dots extracted")."""
+    import collections
+
+    import jax
+
+    entry = next(iter(opt._cache.values()))
+    if entry.fn is None:
+        return None
+    closed = jax.make_jaxpr(entry.fn)(*jax.tree_util.tree_leaves(args))
+    return dict(collections.Counter(e.primitive.name for e in closed.jaxpr.eqns))
 
 
 def geomean(xs: list[float]) -> float | None:
