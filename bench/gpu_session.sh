@@ -15,6 +15,7 @@
 #   bench/gpu_session.sh transpose     # the cases Profile.transpose_folded decides, with it off and on
 #   bench/gpu_session.sh chains        # the cases Profile.concat_chains decides, with it off and on
 #   bench/gpu_session.sh batching      # experts_equal/_packed: iteration limit x concat_chains
+#   bench/gpu_session.sh iterations    # the cases 48 saturation iterations change, at 12 and at 48
 #   bench/gpu_session.sh thunkycost    # a thunky call's cost per input and per view, jax 0.12
 #   bench/gpu_session.sh pick          # auto's thunky pick taken apart (bench/thunky_pick_h200.py:
 #                                      # auto, streams, streams with constants bound), then the
@@ -114,6 +115,16 @@ case "${1:-}" in
       python3 bench/batching_h200.py --dtype "$dtype" --json "$OUT/h200-${STAMP:-bt}-batching-$dtype.json" "${@:2}"
     done
     ;;
+  iterations)
+    # the eight cases whose decisions or optimization time 48 iterations change, predicted on a CPU
+    # (bench/decisions_cpu.py; bench/results/cpu-2026-12-04-iterations-decisions.json), run at 12
+    # (the default) and at 48, both dtypes. ITERATIONS=12 or 48 runs one half (~6 min each).
+    cases=experts_equal,experts_packed,per_head_proj,nasrnn_args,nasrnn_const,nasrnn_args_hoist,small_decoders,stacked_matvec_16
+    for it in ${ITERATIONS:-12 48}; do
+      PYTHONPATH=/tmp/site12:$base_path OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=${STAMP:-it}-$it \
+        bash bench/run_h200.sh --suite all --case "$cases" --iterations "$it" "${@:2}"
+    done
+    ;;
   thunkycost)
     # what a thunky call costs per input, per view and in all (bench/thunky_cost_h200.py), jax 0.12
     PYTHONPATH=/tmp/site12:$base_path python3 bench/thunky_cost_h200.py \
@@ -129,5 +140,5 @@ case "${1:-}" in
     done
     python3 -m pytest -q -p no:cacheprovider tests/schedule -m gpu
     ;;
-  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose | chains | batching | thunkycost | pick" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose | chains | batching | iterations | thunkycost | pick" >&2; exit 2 ;;
 esac

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--autotune", action="store_true", help="let jaxrw time its top candidates on this device")
     b.add_argument("--repeats", type=_positive_int, default=5, help="samples per variant (default: 5)")
     b.add_argument(
+        "--iterations",
+        type=_positive_int,
+        default=None,
+        help="jaxrw's equality-saturation iterations per case (default: optimize's, 12)",
+    )
+    b.add_argument(
         "--max-rounds",
         type=_positive_int,
         default=None,
@@ -150,6 +156,7 @@ def _bench(args: argparse.Namespace) -> int:
         include_heavy=bool(args.case),
         budget_s=args.budget,
         max_rounds=args.max_rounds,
+        iterations=args.iterations,
     )
     progress = Progress(
         TextColumn("{task.description}"),

@@ -69,6 +69,7 @@ class Options:
     # the small size (no more rounds: `make bench` has 3 minutes), 6x `repeats` at the large one
     max_rounds: int | None = None
     settle_s: float = 30.0  # and at most this many seconds of such rounds per case
+    iterations: int | None = None  # jaxrw's saturation iterations (Limits.iterations); None: its default
 
     def budget(self) -> float:
         """The run's time budget (0: none). `make bench` must finish in 3 minutes on a 2-core CPU."""
@@ -220,6 +221,8 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
         raise _Skip(f"optimize() has no {', '.join(map(repr, missing))} option yet")
     if opts.autotune:
         kwargs["autotune"] = True
+    if opts.iterations is not None:
+        kwargs["limits"] = {**kwargs.get("limits", {}), "iterations": opts.iterations}
     options = {k: v for k, v in kwargs.items() if k not in missing}
     rw = optimize(inst.fn, **options)
     report, rec["opt_timeout"], rec["opt_s"], rec["fallback"] = None, False, None, None
@@ -400,6 +403,7 @@ def environment(opts: Options) -> dict[str, Any]:
         "settle_s": opts.settle_s,
         "sample_s": opts.sample_seconds(),
         "autotune": opts.autotune,
+        "iterations": opts.iterations,
         "opt_timeout_s": opts.opt_deadline(),
         "budget_s": opts.budget(),
         "commit": _git_commit(),

@@ -45,6 +45,7 @@ def test_bench_writes_json_and_png(bench_run, capsys):
         assert meta[key], key
     assert meta["dtype"] == "float32" and meta["size"] == "small" and meta["repeats"] == 2
     assert meta["max_rounds"] == 2  # the small size takes no extra rounds unless --max-rounds says so
+    assert meta["iterations"] is None  # optimize's own limit
     # the profile the cost model took, with its switches (what an A/B of one compares)
     assert meta["profile"]["name"] and meta["profile"]["concat_chains"] is True
     (rec,) = result["cases"]
@@ -62,6 +63,16 @@ def test_bench_writes_json_and_png(bench_run, capsys):
     assert rec["opt_s"] > 0 and rec["speedup"] > 0
     assert result["summary"]["algebra/float32"]["timed"] == 1
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_iterations_limit_every_case(tmp_path):
+    js = tmp_path / "it.json"
+    argv = ["bench", "--case", "experts_packed", "--repeats", "1", "--iterations", "2", "--json", str(js)]
+    assert cli.main([*argv, "--sample-ms", "1", "--quiet"]) == 0
+    result = json.loads(js.read_text())
+    assert result["meta"]["iterations"] == 2
+    (rec,) = result["cases"]
+    assert rec["report"]["iterations"] == 2 and rec["report"]["stop_reason"] == "iteration limit"
 
 
 def test_summarize_prints_markdown(bench_run, capsys):
@@ -93,6 +104,7 @@ def test_summarize_rejects_other_json(tmp_path, capsys):
         (["--dtype", "float16"], "'float16'", "'float32', 'bfloat16'"),
         (["--repeats", "0"], "'0'", "a positive integer"),
         (["--max-rounds", "-3"], "'-3'", "a positive integer"),
+        (["--iterations", "0"], "'0'", "a positive integer"),
         (["--opt-timeout", "soon"], "'soon'", "a number >= 0"),
     ],
 )
