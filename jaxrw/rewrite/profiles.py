@@ -48,10 +48,11 @@ class Profile:
     transpose_folded: bool = False
     # whether a left-nested chain of same-axis concats is priced as decode emits it, one n-ary
     # concatenate (each link copies its right operand; one launch per chain) rather than link by
-    # link. On since the seventeenth lease: on the H200 the seven bench cases whose decisions it
-    # changes ran at least 0.98x with it but multibranch_cell bf16 (0.98x, [0.97, 0.99]; its
-    # rewrite is now timed against the program as written, choice.confirm_rewrite), small_decoders
-    # 1.18-1.30x where it was kept (bench/README.md, seventeenth lease)
+    # link. On since the seventeenth lease. On the H200, of the seven bench cases whose decisions
+    # it changes, all ran at least 0.98x with it in both dtypes except multibranch_cell bf16 (0.98x,
+    # [0.97, 0.99]; such a rewrite is now timed against the program as written first:
+    # choice.confirm_rewrite); small_decoders ran 1.17-1.28x where it had been kept
+    # (bench/README.md, seventeenth lease)
     concat_chains: bool = True
     source: str = "built-in"
 
