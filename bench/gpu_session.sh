@@ -31,20 +31,21 @@ OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 base_path="/tmp/site:$PWD"
-# profile_ab FIELD CASES SUITE STAMP [ARGS]: CASES under the built-in h200 profile and under one
-# with the boolean Profile.FIELD on (saved to a fresh cache directory, which jaxrw then loads)
+# profile_ab FIELD=VALUE CASES SUITE STAMP [ARGS]: CASES under the built-in h200 profile and under
+# one with the boolean Profile.FIELD set to VALUE (True or False; saved to a fresh cache directory,
+# which jaxrw then loads). PROFILES="builtin" or "FIELD=VALUE" runs one half.
 profile_ab() {
-  local field=$1 cases=$2 suite=$3 stamp=$4
+  local setting=$1 cases=$2 suite=$3 stamp=$4
   shift 4
   export PYTHONPATH=/tmp/site12:$base_path
-  for profile in ${PROFILES:-builtin $field}; do
+  for profile in ${PROFILES:-builtin $setting}; do
     local cache
     cache=$(mktemp -d)
-    if [ "$profile" = "$field" ]; then
+    if [ "$profile" = "$setting" ]; then
       JAXRW_CACHE_DIR=$cache "${PYTHON:-python3}" -c "import dataclasses; from jaxrw.rewrite import profiles as p; \
-p.save_profile(dataclasses.replace(p.H200, $field=True))"
+p.save_profile(dataclasses.replace(p.H200, $setting))"
     fi
-    JAXRW_CACHE_DIR=$cache OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=$stamp-$profile \
+    JAXRW_CACHE_DIR=$cache OUT=$OUT REPEATS=${REPEATS:-11} BUDGET=0 STAMP=$stamp-${profile//=/-} \
       bash bench/run_h200.sh --suite "$suite" --case "$cases" "$@"
   done
 }
@@ -96,14 +97,15 @@ case "${1:-}" in
   transpose)
     # Profile.transpose_folded: the four cases whose float32 decision it changes with the h200
     # profile, under the built-in profile (off) and under one with it on (bench/README.md,
-    # twelfth lease), both dtypes. PROFILES="builtin" or "transpose_folded" runs one half (~4 min).
-    profile_ab transpose_folded llama288,llama4096,llama4096_hoist,gpt_train_step models "${STAMP:-t}" "${@:2}"
+    # twelfth lease), both dtypes. PROFILES="builtin" or "transpose_folded=True" runs one half (~4 min).
+    profile_ab transpose_folded=True llama288,llama4096,llama4096_hoist,gpt_train_step models "${STAMP:-t}" "${@:2}"
     ;;
   chains)
     # Profile.concat_chains: the seven cases whose large-size decisions it changes with the h200
-    # profile (bench/README.md, sixteenth session), built-in profile and with it on, both dtypes.
-    # PROFILES="builtin" or "concat_chains" runs one half.
-    profile_ab concat_chains \
+    # profile (bench/README.md, sixteenth session), under the built-in profile (on since the
+    # seventeenth lease) and with it off, both dtypes. PROFILES="builtin" or "concat_chains=False"
+    # runs one half (~4 min).
+    profile_ab concat_chains=False \
       experts_equal,experts_packed,llama288,multibranch_cell,nasrnn_args,small_decoders,stacked_matvec_16 \
       all "${STAMP:-c}" "${@:2}"
     ;;
