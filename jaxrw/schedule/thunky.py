@@ -329,6 +329,7 @@ def select(
     trial: dict[str, Callable] = {}
     final: dict[str, Callable[[], Callable]] = {}
     predicted: dict[str, float] = {}
+    peaks: dict[str, int] = {}  # the thunky plans' predicted peak memory
     thunky_decision = (
         choose("auto", plan, costs=costs, measured=measure) if plan else Decision(False, unplanned)
     )
@@ -341,6 +342,7 @@ def select(
         if wide is not None:
             thunky_plans["thunky-wide"] = wide
         for name, (p, decision) in thunky_plans.items():
+            peaks[name] = p.peak_bytes
             timed = trial[name] = emit(p, (), out_tree)
             emitted = functools.partial(_timed_or_again, timed, p, donate, out_tree)
             final[name] = functools.partial(_scheduled, emitted, plain, p, decision)
@@ -370,6 +372,7 @@ def select(
         overhead=_overheads(call_overhead, mode_overhead),
         inputs=inputs,
         margin=margin,
+        predicted_peak=peaks,
     )
     kept = plain if choice == "xla" else final[choice]()
     if choice == "thunky-wide":  # a thunky program like any other from here on

@@ -108,6 +108,12 @@ SAMPLE_S = 0.005  # seconds per timed sample when auto compares candidate schedu
 # peak memory a candidate may add beyond the relative slack: XLA's concurrent command buffers keep a
 # few KiB of bookkeeping (llama288's decode step: 7 KiB over 102 MiB, for 1.3x on the H200)
 PEAK_ALLOWANCE_BYTES = 1 << 20
+# a candidate whose predicted peak (a thunky plan's buffers) is over this many times the bound is
+# refused without compiling it. Plan peak over jax.jit's (XLA's analysis on a CPU) against what
+# thunky measured on the H200: experts_equal f32 6.3x / 4.9x (a 15-20 s compilation), diag_scale
+# f32 2.56x / 2.55x, diag_product 1.33x / 1.32x, qkv_args_prefill 1.0x / 1.09x, experts_packed
+# 0.96x / 1.51x. Only over-predictions matter here; the largest seen is 1.3x, so 2 leaves room
+PREDICTED_PEAK_FACTOR = 2.0
 
 
 def random_inputs(flat_specs: Sequence[Any], seed: int = 0) -> list[Any]:
@@ -198,6 +204,7 @@ def pick_fastest(
     launch_bound: Sequence[str] = (),
     inputs: Sequence[Any] | None = None,
     margin: float = MEASURED_MARGIN,
+    predicted_peak: Mapping[str, int] | None = None,
 ) -> tuple[str, float] | None:
     """The candidate measurably faster than `base` (by `margin`, with a peak memory at most
     `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's; None: no bound, and nothing compiled
@@ -213,7 +220,9 @@ def pick_fastest(
     Candidates in `launch_bound` can only save kernel-launch time, at most `launch_s` a call: they
     are not compiled when that is under the margin of base's measured time, nor when base's first
     call (its compilation) took longer than COMPILE_LIMIT_S. `inputs`: concrete arguments to time
-    on (the call's own, see `device_inputs`); default random ones of `flat_specs`."""
+    on (the call's own, see `device_inputs`); default random ones of `flat_specs`.
+    `predicted_peak`: bytes per candidate (a thunky plan's); one over PREDICTED_PEAK_FACTOR times
+    the bound is refused before it is compiled."""
     notes = [] if notes is None else notes
     args = list(inputs) if inputs is not None else random_inputs(flat_specs)
     t = time.perf_counter()
@@ -230,14 +239,18 @@ def pick_fastest(
         return None
     base_peak = None if memory_slack is None else peak_bytes(base, args)  # after the gate: a compilation
     compile_side_by_side([f for k, f in trial.items() if k in launch_bound], args)  # XLA's modes
+    limit = None if base_peak is None else base_peak * (1 + memory_slack) + PEAK_ALLOWANCE_BYTES
     ok: dict[str, Callable] = {}
     for label, f in trial.items():
+        guess = (predicted_peak or {}).get(label)
+        if limit is not None and base_peak and guess is not None and guess > PREDICTED_PEAK_FACTOR * limit:
+            notes.append(f"{label} predicted {guess / base_peak - 1:+.0%} peak memory")
+            continue
         try:
             got = jax.tree_util.tree_leaves(f(*args))
             if [g.shape for g in got] != [w.shape for w in want]:
                 raise ScheduleError("outputs differ in shape from jax.jit's")
             peak = None if memory_slack is None else peak_bytes(f, args)
-            limit = None if base_peak is None else base_peak * (1 + memory_slack) + PEAK_ALLOWANCE_BYTES
             if limit is not None and peak is not None and peak > limit:
                 log.info(
                     "jaxrw: %s: %s needs %d bytes, XLA %d (slack %g); not used",

@@ -167,3 +167,24 @@ def test_without_a_memory_bound_nothing_is_compiled_for_peak_memory(monkeypatch)
     notes: list[str] = []
     assert timing.pick_fastest(base, {"rewrite": cand}, specs, "f", memory_slack=0.1, notes=notes) is None
     assert notes == ["rewrite +20.0% peak memory"]
+
+
+def test_a_candidate_predicted_far_over_the_memory_bound_is_not_compiled(monkeypatch):
+    base, cand = (lambda x: x + 1), (lambda x: x + 2)
+    specs = [jax.ShapeDtypeStruct((4,), np.float32)]
+    _rounds(monkeypatch, {"xla": [1.0] * 9, "thunky": [1.0 / 1.3] * 9})
+    monkeypatch.setattr(timing, "peak_bytes", lambda f, args: 100 << 20)
+    limit = (100 << 20) + timing.PEAK_ALLOWANCE_BYTES
+    far = int(timing.PREDICTED_PEAK_FACTOR * limit) + 1
+    never = lambda x: pytest.fail("compiled")  # noqa: E731
+    notes: list[str] = []
+    picked = timing.pick_fastest(base, {"thunky": never}, specs, "f", notes=notes, predicted_peak={"thunky": far})
+    assert picked is None and notes == [f"thunky predicted {far / (100 << 20) - 1:+.0%} peak memory"]
+    # a prediction within the factor is compiled and measured: the bound is XLA's own analysis
+    picked = timing.pick_fastest(base, {"thunky": cand}, specs, "f", predicted_peak={"thunky": far - 2})
+    assert picked is not None and picked[0] == "thunky"
+    # without a memory bound no prediction refuses anything
+    picked = timing.pick_fastest(
+        base, {"thunky": cand}, specs, "f", memory_slack=None, predicted_peak={"thunky": 10 * far}
+    )
+    assert picked is not None and picked[0] == "thunky"

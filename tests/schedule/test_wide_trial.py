@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 
 from jaxrw.rewrite.profiles import H200
 from jaxrw.schedule import Scheduled
 from jaxrw.schedule import thunky as sched_thunky
+from jaxrw.schedule.plan import plan_program
 
 from .programs import cell, experts_varied, pretend_cuda, specs_of
 
@@ -28,11 +30,14 @@ def _select(monkeypatch, case, profile, answer="xla", donate=()):
 
     def pick(base, trial, specs, name, **kw):
         seen.update(trial)
+        seen["predicted_peak"] = kw.get("predicted_peak")
         return None if answer == "xla" else (answer, 1.4)
 
     monkeypatch.setattr(sched_thunky, "pick_fastest", pick)
     fn, args, _ = case(np.random.default_rng(0))
     sel = sched_thunky.select(fn, specs_of(args), donate, profile, concurrent_xla=False)
+    peaks = seen.pop("predicted_peak", None)
+    assert peaks is None or set(peaks) == set(seen)  # each thunky trial with its plan's peak
     return sel, seen
 
 
@@ -40,6 +45,17 @@ def test_a_two_stream_plan_is_timed_beside_its_four_stream_twin(monkeypatch):
     sel, trial = _select(monkeypatch, cell, MID)
     assert set(trial) == {"thunky", "thunky-wide"}
     assert sel.choice == "xla"
+
+
+def test_each_thunky_trial_comes_with_its_plans_predicted_peak(monkeypatch):
+    pretend_cuda(monkeypatch)
+    given: dict = {}
+    monkeypatch.setattr(sched_thunky, "pick_fastest", lambda *a, **kw: given.update(kw))
+    fn, args, _ = cell(np.random.default_rng(0))
+    sched_thunky.select(fn, specs_of(args), (), MID, concurrent_xla=False)
+    plan = plan_program(jax.make_jaxpr(fn)(*specs_of(args)), MID)
+    peaks = given["predicted_peak"]
+    assert set(peaks) == {"thunky", "thunky-wide"} and peaks["thunky"] == plan.peak_bytes > 0
 
 
 @pytest.mark.parametrize("donate", [(), (0,)])
