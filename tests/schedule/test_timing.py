@@ -178,7 +178,8 @@ def test_a_candidate_predicted_far_over_the_memory_bound_is_not_compiled(monkeyp
     far = int(timing.PREDICTED_PEAK_FACTOR * limit) + 1
     never = lambda x: pytest.fail("compiled")  # noqa: E731
     notes: list[str] = []
-    picked = timing.pick_fastest(base, {"thunky": never}, specs, "f", notes=notes, predicted_peak={"thunky": far})
+    trial, guess = {"thunky": never}, {"thunky": far}
+    picked = timing.pick_fastest(base, trial, specs, "f", notes=notes, predicted_peak=guess)
     assert picked is None and notes == [f"thunky predicted {far / (100 << 20) - 1:+.0%} peak memory"]
     # a prediction within the factor is compiled and measured: the bound is XLA's own analysis
     picked = timing.pick_fastest(base, {"thunky": cand}, specs, "f", predicted_peak={"thunky": far - 2})
