@@ -110,10 +110,11 @@ SAMPLE_S = 0.005  # seconds per timed sample when auto compares candidate schedu
 PEAK_ALLOWANCE_BYTES = 1 << 20
 # a candidate whose predicted peak (a thunky plan's buffers) is over this many times the bound is
 # refused without compiling it. Plan peak over jax.jit's (XLA's analysis on a CPU) against what
-# thunky measured on the H200: experts_equal f32 6.3x / 4.9x (a 15-20 s compilation), diag_scale
-# f32 2.56x / 2.55x, diag_product 1.33x / 1.32x, qkv_args_prefill 1.0x / 1.09x, experts_packed
-# 0.96x / 1.51x. Only over-predictions matter here; the largest seen is 1.3x, so 2 leaves room
-PREDICTED_PEAK_FACTOR = 2.0
+# thunky measured on the H200: experts_equal f32 6.3x / 4.9x and bf16 6.2x / 3.1x (a 15-20 s
+# compilation), diag_scale f32 2.56x / 2.55x, diag_product 1.33x / 1.32x, qkv_args_prefill
+# 1.0x / 1.09x, experts_packed 0.96x / 1.51x (bench/README.md, eighteenth lease). Only
+# over-predictions matter here; the largest seen is 2.0x, so 3 leaves room
+PREDICTED_PEAK_FACTOR = 3.0
 
 
 def random_inputs(flat_specs: Sequence[Any], seed: int = 0) -> list[Any]:
