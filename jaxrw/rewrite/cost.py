@@ -172,9 +172,11 @@ class Roofline:
             # outside any fusion (inputs, products, reductions).
             if name in SLICING:  # a slice reads only the part it keeps
                 reads = out_b if not _fusible_class(view, node.children[0], p.transpose_folded) else 0.0
-            else:
+            else:  # an operand named twice (x * x) is read once
                 reads = sum(
-                    nbytes(view, c) for c in node.children if not _fusible_class(view, c, p.transpose_folded)
+                    nbytes(view, c)
+                    for c in dict.fromkeys(node.children)
+                    if not _fusible_class(view, c, p.transpose_folded)
                 )
             flops = node_flops(node, view)
             fused = max(flops / p.vector_flops, (FUSED_SHARE * out_b + reads) / p.bandwidth)

@@ -1,5 +1,6 @@
-"""The roofline model's pricing of transposes: a kernel of their own by default, folded into
-whatever reads them with a profile whose `transpose_folded` is set (measured by `jaxrw calibrate`)."""
+"""The roofline model's pricing of transposes (a kernel of their own by default, folded into
+whatever reads them with a profile whose `transpose_folded` is set, measured by `jaxrw calibrate`)
+and of operands inside a fused elementwise kernel."""
 
 from __future__ import annotations
 
@@ -54,3 +55,11 @@ def test_cyclic_transpose_classes_are_priced_without_recursing_forever():
     closed = jax.make_jaxpr(lambda a, b: (a.T.T @ b).T.T)(*(jax.ShapeDtypeStruct(s, F32) for s in shapes))
     res = rewrite_jaxpr(closed, profile=FOLDED)
     assert res.report.cost_after <= res.report.cost_before
+
+
+def test_an_operand_named_twice_in_a_fused_op_is_read_once():
+    a, ab = [(2048, 2048)], [(2048, 2048), (2048, 2048)]
+    # x * x reads x once, as x**2 does; x * y reads two arrays
+    same = _cost(lambda x: x * x, a, H200)
+    assert same == pytest.approx(_cost(lambda x: x**2, a, H200))
+    assert _cost(lambda x, y: x * y, ab, H200) - same == pytest.approx(2048 * 2048 * 4 / H200.bandwidth)
