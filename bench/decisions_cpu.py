@@ -18,8 +18,8 @@ import dataclasses
 import time
 
 from jaxrw import optimize
-from jaxrw.bench.case import DTYPES, select
-from jaxrw.bench.report import program_ops, write_rows
+from jaxrw.bench.case import select
+from jaxrw.bench.report import add_case_options, program_ops, write_rows
 from jaxrw.rewrite.profiles import get_profile
 from jaxrw.rewrite.run import Limits
 
@@ -62,11 +62,7 @@ def _cell(c: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", action="append", default=[], help="FIELD=VALUE of Limits or Profile")
-    ap.add_argument("--case", default="*", help="case names or globs, comma-separated")
-    ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=DTYPES)
-    ap.add_argument("--size", default="large")
-    ap.add_argument("--profile", default="h200")
-    ap.add_argument("--json", default=None)
+    add_case_options(ap)
     a = ap.parse_args()
     variants = ["default", *a.variant]
     rows = []

@@ -2,7 +2,7 @@
 bench case, on a CPU: the numbers behind `schedule.timing.PREDICTED_PEAK_FACTOR` (auto refuses a
 thunky trial, uncompiled, whose plan predicts more than that many times jax.jit's peak).
 
-    python bench/plan_peaks_cpu.py --case experts_equal,diag_scale --json bench/results/cpu-...-plan-peaks.json
+    python bench/plan_peaks_cpu.py --case experts_equal,diag_scale --json out/plan-peaks.json
 
 Each row: case, dtype, whether jaxrw rewrote it (schedule "xla", h200 profile), the plan's streams
 and regions, its predicted peak, XLA's peak of the program jaxrw runs and of the program as written
@@ -16,8 +16,8 @@ import argparse
 import jax
 
 from jaxrw import optimize
-from jaxrw.bench.case import DTYPES, select
-from jaxrw.bench.report import write_rows
+from jaxrw.bench.case import select
+from jaxrw.bench.report import add_case_options, write_rows
 from jaxrw.rewrite.profiles import get_profile
 from jaxrw.schedule.plan import plan_program
 from jaxrw.schedule.timing import memory_parts
@@ -52,11 +52,7 @@ def _row(case, dtype: str, size: str, profile) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", default="*", help="case names or globs, comma-separated")
-    ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=DTYPES)
-    ap.add_argument("--size", default="large")
-    ap.add_argument("--profile", default="h200")
-    ap.add_argument("--json", default=None)
+    add_case_options(ap)
     a = ap.parse_args()
     profile = get_profile(a.profile)
     rows = []

@@ -48,6 +48,17 @@ def write_rows(path: str | None, rows: list[dict]) -> dict[str, str]:
     return meta
 
 
+def add_case_options(ap: Any) -> None:
+    """The options of the bench/*_cpu.py diagnostics: which cases, dtypes, size, profile, JSON."""
+    from .case import DTYPES
+
+    ap.add_argument("--case", default="*", help="case names or globs, comma-separated")
+    ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=DTYPES)
+    ap.add_argument("--size", default="large")
+    ap.add_argument("--profile", default="h200")
+    ap.add_argument("--json", default=None)
+
+
 def program_ops(opt: Any, args: tuple) -> dict[str, int] | None:
     """Equations per primitive in the program an optimized function runs for `args` (its first
     signature, built by then), or None where it runs none of its own (fallen back): what the bench
