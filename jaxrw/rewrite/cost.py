@@ -137,6 +137,18 @@ class Roofline:
         rate = p.matmul_rate(dtype) * p.efficiency(m, n, k)
         return max(2.0 * batch * m * n * k / rate, moved / p.bandwidth) + p.launch_s
 
+    def outside_reads(self, node: Node, view: EGraphView) -> list[str]:
+        """The operands a fused elementwise op reads from outside its kernel (inputs, products,
+        reductions), each once: `x * x` reads x once."""
+        folded = self.profile.transpose_folded
+        return [c for c in dict.fromkeys(node.children) if not _fusible_class(view, c, folded)]
+
+    def fused_time(self, node: Node, view: EGraphView, reads: float) -> float:
+        """A fused op's share of its kernel: a share of its output, and `reads` bytes read."""
+        p = self.profile
+        moved = FUSED_SHARE * nbytes(view, node.eclass) + reads
+        return max(node_flops(node, view) / p.vector_flops, moved / p.bandwidth)
+
     def node_cost(self, node: Node, view: EGraphView) -> float:
         p = self.profile
         if node.op in ("var", "const"):
@@ -172,14 +184,9 @@ class Roofline:
             # outside any fusion (inputs, products, reductions).
             if name in SLICING:  # a slice reads only the part it keeps
                 reads = out_b if not _fusible_class(view, node.children[0], p.transpose_folded) else 0.0
-            else:  # an operand named twice (x * x) is read once
-                reads = sum(
-                    nbytes(view, c)
-                    for c in dict.fromkeys(node.children)
-                    if not _fusible_class(view, c, p.transpose_folded)
-                )
-            flops = node_flops(node, view)
-            fused = max(flops / p.vector_flops, (FUSED_SHARE * out_b + reads) / p.bandwidth)
+            else:
+                reads = sum(nbytes(view, c) for c in self.outside_reads(node, view))
+            fused = self.fused_time(node, view, reads)
             # a slice the program returns is written by a kernel of its own (XLA cannot hand
             # out part of a product's buffer, nor fold a slice into the GEMM as it does a scale or
             # an added matrix): a launch, and the whole slice written

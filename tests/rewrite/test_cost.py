@@ -63,3 +63,14 @@ def test_an_operand_named_twice_in_a_fused_op_is_read_once():
     same = _cost(lambda x: x * x, a, H200)
     assert same == pytest.approx(_cost(lambda x: x**2, a, H200))
     assert _cost(lambda x, y: x * y, ab, H200) - same == pytest.approx(2048 * 2048 * 4 / H200.bandwidth)
+
+
+def test_an_operand_read_by_several_ops_of_one_fused_kernel_is_read_once():
+    s = 2048 * 2048 * 4 / H200.bandwidth  # one operand's read
+    three, four = [(2048, 2048)] * 3, [(2048, 2048)] * 4
+    shared = _cost(lambda a, b, c: a * b + a * c, three, H200)
+    assert _cost(lambda a, b, c, d: a * b + c * d, four, H200) - shared == pytest.approx(s)
+    # ops in separate kernels (a reduction between them) each read it
+    apart = _cost(lambda a, b: a * jnp.sum(a * b, axis=0), [(2048, 2048)] * 2, H200)
+    fused = _cost(lambda a, b: a * (a * b), [(2048, 2048)] * 2, H200)
+    assert apart > fused + s
