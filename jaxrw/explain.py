@@ -363,7 +363,7 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
     """Fill equations, rules, regions, costs and graphs of `ex`."""
     from .rewrite.encode import encode
     from .rewrite.extract import node_costs, reachable
-    from .rewrite.graph import EGraphView
+    from .rewrite.graph import EGraphView, components
     from .rewrite.rules import RULES, select_rules
     from .rewrite.terms import analysis
 
@@ -411,24 +411,19 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
 
     # regions: connected groups of changed equations along the original dataflow
     changed = [e.index for e in infos if e.status in ("rewritten", "removed")]
-    parent = {i: i for i in changed}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i in changed:
-        for c in classes_of[i]:
-            for ch in before.nodes[only[c]].children:
-                j = eqn_of.get(ch)
-                if j is not None and j in parent:
-                    parent[find(i)] = find(j)
-    roots = sorted({find(i) for i in changed})
+    in_changed = set(changed)
+    links = (
+        (i, j)
+        for i in changed
+        for c in classes_of[i]
+        for ch in before.nodes[only[c]].children
+        if (j := eqn_of.get(ch)) is not None and j in in_changed
+    )
+    group = components(changed, links)
+    roots = sorted(set(group.values()))
     rid = {r: k for k, r in enumerate(roots)}
     for i in changed:
-        infos[i].region = rid[find(i)]
+        infos[i].region = rid[group[i]]
 
     # new nodes of the extraction, assigned to the region they are reached from
     region_of: dict[str, int] = {}

@@ -97,6 +97,21 @@ def test_factoring_region_names_its_rule():
     assert all(r in {x.name for x in ex.rules} for r in region.rules)
 
 
+def test_program_level_terms_of_a_gpu_profile_have_a_row_that_balances_the_totals():
+    from jaxrw.rewrite.profiles import get_profile
+
+    x = jnp.ones((512, 512))
+    ex = jaxrw.explain(jaxrw.optimize(lambda a, b, c: a * b + a * c, profile=get_profile("h200")), x, x, x)
+    rows = {r[1]: r for r in ex.region_rows()}
+    # the fused kernel reads `a` once, the node costs twice: the passes' row takes one read off
+    passes = ex.cost_before - ex.unchanged_cost[0] - sum(r.cost_before for r in ex.regions)
+    assert passes == pytest.approx(-512 * 512 * 4 / get_profile("h200").bandwidth)
+    assert rows["XLA's passes"][4].startswith("-")
+    # with the CPU profile the totals are the node costs: no such row
+    cpu = jaxrw.explain(lambda a, b, c: a * b + a * c, x, x, x)
+    assert "XLA's passes" not in {r[1] for r in cpu.region_rows()}
+
+
 def test_nothing_to_rewrite():
     ex = jaxrw.explain(elementwise, *_rand(2, (8, 8), (8, 8)))
     check_invariants(ex)

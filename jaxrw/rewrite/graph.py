@@ -8,13 +8,13 @@ them walk egglog's objects or call back into it per node.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from egglog import EGraph
 
-__all__ = ["Node", "EGraphView"]
+__all__ = ["Node", "EGraphView", "components"]
 
 _TENSOR = ".Tensor"
 
@@ -185,3 +185,19 @@ def _generated_classes(view: EGraphView, fusible: frozenset[str]) -> dict[str, b
         return n.op == "iota" or scalar_const or fused
 
     return _closure(view, holds)
+
+
+def components(items: Iterable[Hashable], edges: Iterable[tuple[Hashable, Hashable]]) -> dict[Any, Any]:
+    """Each item's representative in the connected groups that `edges` make (union-find; an
+    edge (a, b) puts a's group under b's representative)."""
+    root = {x: x for x in items}
+
+    def find(x: Hashable) -> Hashable:
+        while root[x] != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    for a, b in edges:
+        root[find(a)] = find(b)
+    return {x: find(x) for x in root}

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from .cost import COPYING_SLICES, FUSIBLE, SLICING, CostModel, Roofline, dot_dims, nbytes, op_name
 from .extract import dag_cost, reachable
-from .graph import EGraphView, Node
+from .graph import EGraphView, Node, components
 
 __all__ = ["DOT_MERGER_MAX_BYTES", "MergedDots", "merged_dots", "program_cost", "shared_reads"]
 
@@ -165,14 +165,13 @@ def program_cost(
     view: EGraphView, choice: dict[str, str], costs: dict[str, float], model: CostModel
 ) -> float:
     """The chosen program's predicted time: its node costs, with the dots XLA merges on a GPU
-    priced as the merged GEMMs they become (roofline model on a CUDA profile only)."""
-    if not isinstance(model, Roofline):
+    priced as the merged GEMMs they become and operands read once per fused kernel
+    (`shared_reads`; roofline model on a CUDA profile only)."""
+    if not isinstance(model, Roofline) or model.profile.kind != "cuda":
         return dag_cost(view, choice, costs)
     order = reachable(view, choice, view.outputs)
     total = sum(costs[choice[c]] for c in order)  # dag_cost, on the walk merged_dots reuses
     total -= shared_reads(model, view, choice, order, costs)
-    if model.profile.kind != "cuda":
-        return max(total, 0.0)
     for group in merged_dots(view, choice, order):
         total += _merged_cost(model, view, choice, group) - sum(costs[choice[d]] for d in group.members)
     return max(total, 0.0)
@@ -187,18 +186,8 @@ def shared_reads(
     and measured 1.01x (H200, ew_factor; bench/README.md, eighteenth lease). A kernel here is a
     connected group of priced fused ops (slices apart: they read only what they keep)."""
     fused = {c for c in order if costs[choice[c]] > 0 and _fused(view.nodes[choice[c]])}
-    root = {c: c for c in fused}
-
-    def find(c: str) -> str:
-        while root[c] != c:
-            root[c] = root[root[c]]
-            c = root[c]
-        return c
-
-    for c in fused:
-        for ch in view.nodes[choice[c]].children:
-            if ch in fused:
-                root[find(ch)] = find(c)
+    links = ((ch, c) for c in fused for ch in view.nodes[choice[c]].children if ch in fused)
+    kernel = components(fused, links)
     read: dict[str, set[str]] = {}  # kernel -> operands its ops have read so far
     saved = 0.0
     for c in order:
@@ -206,7 +195,7 @@ def shared_reads(
             continue
         node = view.nodes[choice[c]]
         operands = model.outside_reads(node, view)
-        seen = read.setdefault(find(c), set())
+        seen = read.setdefault(kernel[c], set())
         again = sum(nbytes(view, o) for o in operands if o in seen)
         seen.update(operands)
         if again:
