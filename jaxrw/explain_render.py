@@ -138,7 +138,9 @@ class ExplanationViews:
         # the program-level terms of the totals (xla_passes.program_cost, CUDA profiles): what
         # XLA's dot merger and fused kernels' shared reads add to or take from the node costs
         pb = self.cost_before - b - sum(g.cost_before for g in self.regions)
-        pa = self.cost_after - a - sum(g.cost_after for g in self.regions) if self.status == "rewritten" else 0.0
+        pa = 0.0
+        if self.status == "rewritten":  # a kept program's totals are its own: nothing extracted
+            pa = self.cost_after - a - sum(g.cost_after for g in self.regions)
         if self.equations and max(abs(pb), abs(pa)) > 1e-6 * max(self.cost_before, 1e-30):
             rows.append(("—", "XLA's passes", "", "", fmt_cost(pb, model), fmt_cost(pa, model), ""))
         return rows
