@@ -101,8 +101,8 @@ def confirm_rewrite(
     faster than `original` (twice, as auto's picks); `report` then says so (not rewritten, with
     the guard's note). Else `rewritten`. The program as written runs with no Python of jaxrw's,
     so the rewrite pays the fast path's frame. Peak memory is not a condition, as it is not the
-    guard's (a schedule's is: for_program); not compiling for it saves two compilations. If the
-    timing fails, the rewrite stands (the guard's prediction, as without a GPU)."""
+    guard's (a schedule's is: for_program). If the timing fails, the rewrite stands (the guard's
+    prediction, as without a GPU)."""
     predicted = report.predicted_speedup
     if mode != "auto" or _untimed(mode, leaves) or predicted >= CONFIRM_BELOW:
         return rewritten

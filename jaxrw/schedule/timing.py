@@ -208,8 +208,8 @@ def pick_fastest(
     predicted_peak: Mapping[str, int] | None = None,
 ) -> tuple[str, float] | None:
     """The candidate measurably faster than `base` (by `margin`, with a peak memory at most
-    `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's; None: no bound, and nothing compiled
-    to learn it) and its speedup, or None.
+    `memory_slack` plus PEAK_ALLOWANCE_BYTES above base's; None: no bound, and no memory
+    analysis asked for) and its speedup, or None.
 
     Timed interleaved as the benchmarks time (rewrite.measure) and judged round by round: the
     median round must show the margin, and three rounds of four a gain, in each of two separate
@@ -238,7 +238,8 @@ def pick_fastest(
         trial = {k: f for k, f in trial.items() if k not in launch_bound}
     if not trial:
         return None
-    base_peak = None if memory_slack is None else peak_bytes(base, args)  # after the gate: a compilation
+    # after the gate; the analysis reuses the executable base's first call compiled
+    base_peak = None if memory_slack is None else peak_bytes(base, args)
     compile_side_by_side([f for k, f in trial.items() if k in launch_bound], args)  # XLA's modes
     limit = None if base_peak is None else base_peak * (1 + memory_slack) + PEAK_ALLOWANCE_BYTES
     ok: dict[str, Callable] = {}
