@@ -17,7 +17,7 @@ import jax
 
 from jaxrw import optimize
 from jaxrw.bench.case import select
-from jaxrw.bench.report import add_case_options, write_rows
+from jaxrw.bench.report import add_case_options, built_program, write_rows
 from jaxrw.rewrite.profiles import get_profile
 from jaxrw.schedule.plan import plan_program
 from jaxrw.schedule.timing import memory_parts
@@ -30,10 +30,10 @@ def _row(case, dtype: str, size: str, profile) -> dict:
     args = inst.args(0)
     opt = optimize(inst.fn, schedule="xla", profile=profile)
     rep = opt.report(*args)
-    entry = next(iter(opt._cache.values()))
-    runs = entry.fn or inst.fn  # what jaxrw runs (the function as written where it fell back)
+    built = built_program(opt)
+    runs = built or inst.fn  # what jaxrw runs (the function as written where it fell back)
     leaves = jax.tree_util.tree_leaves(args)
-    flat = runs is entry.fn
+    flat = built is not None
     plan = plan_program(jax.make_jaxpr(runs)(*(leaves if flat else args)), profile)
     xla = memory_parts(jax.jit(runs), leaves if flat else args)["peak"]
     written = memory_parts(jax.jit(inst.fn), args)["peak"]

@@ -28,6 +28,8 @@ __all__ = [
     "plot",
     "write_rows",
     "program_ops",
+    "built_program",
+    "add_case_options",
 ]
 
 SLOWER, FASTER = 0.97, 1.03  # speedups outside this band are colored
@@ -59,6 +61,12 @@ def add_case_options(ap: Any) -> None:
     ap.add_argument("--json", default=None)
 
 
+def built_program(opt: Any) -> Any:
+    """The program an optimized function runs for its first signature (built by then), a function
+    of the flat argument leaves, or None where it runs none of its own (fallen back)."""
+    return next(iter(opt._cache.values())).fn
+
+
 def program_ops(opt: Any, args: tuple) -> dict[str, int] | None:
     """Equations per primitive in the program an optimized function runs for `args` (its first
     signature, built by then), or None where it runs none of its own (fallen back): what the bench
@@ -67,10 +75,10 @@ def program_ops(opt: Any, args: tuple) -> dict[str, int] | None:
 
     import jax
 
-    entry = next(iter(opt._cache.values()))
-    if entry.fn is None:
+    program = built_program(opt)
+    if program is None:
         return None
-    closed = jax.make_jaxpr(entry.fn)(*jax.tree_util.tree_leaves(args))
+    closed = jax.make_jaxpr(program)(*jax.tree_util.tree_leaves(args))
     return dict(collections.Counter(e.primitive.name for e in closed.jaxpr.eqns))
 
 
