@@ -21,6 +21,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import InvalidOptionError
+from .encode import ELEMENTWISE_CALL
 from .graph import EGraphView, Node
 from .profiles import Profile
 
@@ -60,6 +61,7 @@ FUSIBLE = frozenset(
         "square",
         "slice",
         "transpose",  # folded into dot dimension numbers or fused by XLA
+        ELEMENTWISE_CALL,  # a custom_jvp/custom_vjp call of an elementwise body (jax.nn.relu)
     }
 )
 # Work on constants and hoisted (slow) arguments is done once, off the hot call: free here.

@@ -34,7 +34,7 @@ from .terms import (
     shape,
 )
 
-__all__ = ["Program", "encode", "count_equations", "UNARY", "BINARY", "ELEMENTWISE_TYPED"]
+__all__ = ["Program", "encode", "count_equations", "UNARY", "BINARY", "ELEMENTWISE_TYPED", "ELEMENTWISE_CALL"]
 
 # Elementwise primitives with a typed or named constructor (decoded through jax.lax).
 ELEMENTWISE_TYPED = {
@@ -81,6 +81,13 @@ UNARY = frozenset(
 BINARY = frozenset(
     {"max", "min", "pow", "atan2", "rem", "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge", "nextafter"}
 )
+# The `Tensor.op` name of a custom_jvp/custom_vjp call whose body is elementwise (jax.nn.relu):
+# bound as traced, its differentiation rule kept, and priced as the fused elementwise op XLA makes
+# of it (the call is inlined when lowered), not as a kernel of its own.
+ELEMENTWISE_CALL = "elementwise_call"
+_CUSTOM_CALLS = frozenset({"custom_jvp_call", "custom_vjp_call"})
+# Primitives an elementwise call's body may hold (operands of its shape or scalars).
+_BODY_ELEMENTWISE = UNARY | BINARY | frozenset(ELEMENTWISE_TYPED) | {"neg", "integer_pow", "select_n", "convert_element_type"}
 # Covered primitives kept with their parameters (bound exactly as traced).
 COVERED = frozenset(
     {
@@ -266,6 +273,9 @@ class _Encoder:
             typed = self.structural(eqn, ins)
             if typed is not None:
                 return [typed]
+            if name in _CUSTOM_CALLS and _elementwise_call(eqn):
+                self.saturating_operands(ins)
+                return [self.t(Tensor.op, Str(ELEMENTWISE_CALL), self.param(eqn.primitive, p), Vec(ins))]
             if name in COVERED:
                 self.saturating_operands(ins)
                 return [self.t(Tensor.op, Str(name), self.param(eqn.primitive, p), Vec(ins))]
@@ -442,6 +452,30 @@ def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = fr
         eqn_fns=enc.eqn_fns,
         symbols=frozenset({*enc.src.refs, ref_of(float_dtype)}),  # float_dtype: new_egraph's rows
     )
+
+
+def _elementwise_call(eqn: Any) -> bool:
+    """Whether a custom_jvp/custom_vjp call computes its one output elementwise from operands of
+    that shape (or scalars): its body holds only elementwise primitives and inlined calls of them."""
+    out = eqn.outvars[0].aval
+    if any(getattr(v.aval, "shape", None) not in (out.shape, ()) for v in eqn.invars):
+        return False
+    body = eqn.params.get("call_jaxpr") or eqn.params.get("fun_jaxpr")
+    if body is None:
+        return False
+    return _elementwise_body(getattr(body, "jaxpr", body), out.shape)
+
+
+def _elementwise_body(jaxpr: Any, shape: tuple[int, ...]) -> bool:
+    for e in jaxpr.eqns:
+        if e.primitive.name in compat.ENCODER_INLINED:
+            if not _elementwise_body(compat.call_body(e).jaxpr, shape):
+                return False
+        elif e.primitive.name not in _BODY_ELEMENTWISE or e.effects:
+            return False
+        if any(getattr(v.aval, "shape", None) not in (shape, ()) for v in [*e.invars, *e.outvars]):
+            return False
+    return True
 
 
 def _inlined_body(eqn: Any) -> Any:
