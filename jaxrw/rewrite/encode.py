@@ -87,7 +87,9 @@ BINARY = frozenset(
 ELEMENTWISE_CALL = "elementwise_call"
 _CUSTOM_CALLS = frozenset({"custom_jvp_call", "custom_vjp_call"})
 # Primitives an elementwise call's body may hold (operands of its shape or scalars).
-_BODY_ELEMENTWISE = UNARY | BINARY | frozenset(ELEMENTWISE_TYPED) | {"neg", "integer_pow", "select_n", "convert_element_type"}
+_BODY_ELEMENTWISE = (
+    UNARY | BINARY | frozenset(ELEMENTWISE_TYPED) | {"neg", "integer_pow", "select_n", "convert_element_type"}
+)
 # Covered primitives kept with their parameters (bound exactly as traced).
 COVERED = frozenset(
     {
