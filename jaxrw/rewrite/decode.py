@@ -21,7 +21,7 @@ from jax import lax
 
 from .. import compat
 from ..errors import RewriteStageError
-from .cost import HOISTABLE, itemsize
+from .cost import HOISTABLE, itemsize, relayout
 from .encode import Program
 from .extract import reachable
 from .graph import EGraphView, Node
@@ -78,7 +78,8 @@ _BINARY_FNS: dict[str, Callable] = {
     "ge": lax.ge,
     "nextafter": lax.nextafter,
 }
-# Constructors that are exact data movement: applied to constants they are folded at build time.
+# Constructors that are exact data movement: applied to constants they are folded at build time
+# (as are the size-keeping layout changes of cost.RELAYOUTS).
 FOLDABLE = frozenset({"concat", "transpose", "slice"})
 
 
@@ -225,6 +226,8 @@ def decode(
         if n.op == "concat":
             concat_parts[c] = _flatten_concats(view, choice, n)
     folded = _fold_constants(program, view, nodes, order, concat_parts, original_classes)
+    live = _live(nodes, concat_parts, folded, view.outputs)
+    order = [c for c in order if c in live]  # not the folded values' operands, nor inner links
 
     def evaluate(args: list[Any], env: dict[str, Any], classes: list[str]) -> dict[str, Any]:
         ctx = _Ctx(program, view, args, original_classes)
@@ -256,19 +259,16 @@ def _split(view, nodes, order, concat_parts, folded, evaluate) -> Hoisted | None
         elif n.op == "const":
             ok = True
         else:
-            ok = n.op in HOISTABLE and all(ch in pro for ch in n.children)
+            parts = _operands(nodes, concat_parts, c)  # a chain's parts: its inner links are not in order
+            ok = (n.op in HOISTABLE or relayout(n, view)) and all(ch in pro for ch in parts)
         if ok:
             pro.add(c)
-    needed: set[str] = set(view.outputs)
-    for c in order:
-        if c not in pro:
-            needed.update(nodes[c].children)
-            needed.update(concat_parts.get(c, ()))
+    pro_order = [c for c in order if c in pro]  # before pruning: a relayout may feed both sides
+    needed = set(_unrelayout(nodes, view, concat_parts, pro, view.outputs))
     values = [c for c in order if c in pro and c in needed and nodes[c].op not in ("var", "const")]
     values = [c for c in values if c not in folded]
     if not values:
         return None
-    pro_order = [c for c in order if c in pro]
     main_order = [c for c in order if c not in pro or c in needed]
     main_args = tuple(sorted({nodes[c].attrs[0] for c in main_order if nodes[c].op == "var"}))
     slow = tuple(sorted(view.slow))
@@ -307,24 +307,81 @@ def _fold_constants(
     concat_parts: dict[str, list[str]],
     original: frozenset[str],
 ) -> dict[str, Any]:
-    """Evaluate, once, data-movement nodes whose operands are all closed-over constants.
-    Eagerly even when decode runs inside a jit trace (optimize builds a signature while jax.jit
-    traces its fast path): staged, the folded values would be tracers (found by fuzzing)."""
+    """Evaluate, once, data-movement nodes whose operands are all closed-over constants: those the
+    rest of the program reads (a stack of 32 weights is one concatenate of its 32 parts, not its
+    31 prefixes). Eagerly even when decode runs inside a jit trace (optimize builds a signature
+    while jax.jit traces its fast path): staged, the folded values would be tracers (found by
+    fuzzing)."""
+    foldable: set[str] = set()
+    for c in order:
+        n = nodes[c]
+        if n.op == "const":
+            ok = program.const_is_arg[n.attrs[0]]
+        else:
+            parts = _operands(nodes, concat_parts, c)
+            ok = (n.op in FOLDABLE or relayout(n, view)) and c not in original and bool(parts)
+            ok = ok and all(p in foldable for p in parts)
+        if ok:
+            foldable.add(c)
     values: dict[str, Any] = {}
     ctx = _Ctx(program, view, [], original)
-    with jax.ensure_compile_time_eval():
-        for c in order:
+
+    def value(c: str) -> Any:
+        got = values.get(c)
+        if got is None:
             n = nodes[c]
-            if n.op == "const" and program.const_is_arg[n.attrs[0]]:
-                values[c] = program.consts[n.attrs[0]]
-            elif n.op in FOLDABLE and c not in original:
-                parts = concat_parts.get(c, list(n.children))
-                if parts and all(p in values for p in parts):
-                    if n.op == "concat":
-                        values[c] = np.asarray(lax.concatenate([values[p] for p in parts], n.attrs[0]))
-                    else:
-                        values[c] = np.asarray(DECODERS[n.op](ctx, n, [values[ch] for ch in n.children]))
-    return {c: v for c, v in values.items() if nodes[c].op != "const"}
+            if n.op == "const":
+                got = program.consts[n.attrs[0]]
+            elif n.op == "concat":
+                got = np.asarray(lax.concatenate([value(p) for p in concat_parts[c]], n.attrs[0]))
+            else:
+                got = np.asarray(DECODERS[n.op](ctx, n, [value(ch) for ch in n.children]))
+            values[c] = got
+        return got
+
+    read = _unrelayout(nodes, view, concat_parts, foldable, view.outputs)
+    with jax.ensure_compile_time_eval():
+        return {c: value(c) for c in read if nodes[c].op != "const"}
+
+
+def _unrelayout(
+    nodes: dict[str, Node],
+    view: EGraphView,
+    concat_parts: dict[str, list[str]],
+    done: set[str],
+    outputs: list[str],
+) -> list[str]:
+    """The classes of `done` (folded or hoisted; pruned in place) that the rest of the program
+    reads. A relayout read there leaves `done`: as a value of its own it would be a copy of its
+    operand (a reshaped weight, kept beside the weight), while inside the program it is a bitcast."""
+    while True:
+        read = [c for c in _live(nodes, concat_parts, done, outputs) if c in done]
+        moved = {c for c in read if relayout(nodes[c], view)}
+        if not moved:
+            return read
+        done -= moved
+
+
+def _operands(nodes: dict[str, Node], concat_parts: dict[str, list[str]], c: str) -> list[str]:
+    """What computing class `c` reads: a concat chain's parts, else the node's children."""
+    return concat_parts[c] if nodes[c].op == "concat" else list(nodes[c].children)
+
+
+def _live(
+    nodes: dict[str, Node], concat_parts: dict[str, list[str]], stops: set[str] | dict, outputs: list[str]
+) -> set[str]:
+    """Classes the outputs read, through concat chains' parts (not their inner links), not
+    looking inside `stops` (values given)."""
+    live: set[str] = set()
+    stack = list(outputs)
+    while stack:
+        c = stack.pop()
+        if c in live:
+            continue
+        live.add(c)
+        if c not in stops:
+            stack.extend(_operands(nodes, concat_parts, c))
+    return live
 
 
 def check_decoded(fn: Callable, specs: list, closed: Any) -> None:

@@ -34,7 +34,16 @@ from .terms import (
     shape,
 )
 
-__all__ = ["Program", "encode", "count_equations", "UNARY", "BINARY", "ELEMENTWISE_TYPED", "ELEMENTWISE_CALL"]
+__all__ = [
+    "Program",
+    "DotSite",
+    "encode",
+    "count_equations",
+    "UNARY",
+    "BINARY",
+    "ELEMENTWISE_TYPED",
+    "ELEMENTWISE_CALL",
+]
 
 # Elementwise primitives with a typed or named constructor (decoded through jax.lax).
 ELEMENTWISE_TYPED = {
@@ -129,6 +138,23 @@ COVERED = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class DotSite:
+    """An unbatched dot of the program as written, of operands of rank 1 or 2 and one dtype:
+    what `batch.stack_dots` groups (equal shapes, form and level) into one batched dot."""
+
+    term: Sym  # the dot's let name
+    a: Sym
+    b: Sym
+    sa: tuple[int, ...]
+    sb: tuple[int, ...]
+    lc: int
+    rc: int
+    cfg: int
+    level: int
+    dtype: str
+
+
 @dataclass
 class Program:
     """One encoded jaxpr: the e-graph plus the side tables its terms index into."""
@@ -147,6 +173,7 @@ class Program:
     eqn_fns: dict[int, Any] = field(default_factory=dict)
     # egglog references of the term-language callables written (which rules can fire: reach.py)
     symbols: frozenset = frozenset()
+    dots: list[DotSite] = field(default_factory=list)  # unbatched dots, in program order
 
     def describe(self) -> str:
         return f"Program({self.n_equations} equations, {len(self.outputs)} outputs, {len(self.eqns)} opaque)"
@@ -172,6 +199,8 @@ class _Encoder:
         self.const_is_arg: list[bool] = []
         self.levels: dict[str, int] = {}  # let name -> longest path from an input
         self.n_bound = 0  # let-bound equation terms (see `bind`)
+        self.dots: list[DotSite] = []
+        self._dot: tuple | None = None  # the dot `structural` just typed: (a, b, lc, rc, cfg)
 
     def t(self, ctor: Any, *args: Any) -> Sym:
         """The term `ctor(*args)` (a constructor of terms.py) as egglog text."""
@@ -216,6 +245,14 @@ class _Encoder:
         self.src.set(level, t, to=lvl)
         self.levels[t] = lvl
 
+    def note_dot(self, eqn: Any, t: Sym, lvl: int) -> None:
+        """Record an unbatched dot of rank-1/2 operands and one dtype (see DotSite)."""
+        a, b, lc, rc, cfg = self._dot
+        va, vb = eqn.invars[0].aval, eqn.invars[1].aval
+        dts = {str(va.dtype), str(vb.dtype), str(eqn.outvars[0].aval.dtype)}
+        if len(va.shape) in (1, 2) and len(vb.shape) in (1, 2) and len(dts) == 1:
+            self.dots.append(DotSite(t, a, b, tuple(va.shape), tuple(vb.shape), lc, rc, cfg, lvl, dts.pop()))
+
     def note_type(self, t: Sym, aval: Any) -> None:
         self.src.set(shape, t, to=ivec(aval.shape))
         self.src.set(dtype, t, to=Str(str(aval.dtype)))
@@ -249,8 +286,11 @@ class _Encoder:
             else:
                 self.n_equations += 1
                 self.primitives[name] = self.primitives.get(name, 0) + 1
+                self._dot = None
                 outs = [self.bind(o) for o in self.equation(eqn, ins)]
                 lvl = 1 + max((self.levels.get(t, 0) for t in ins), default=0)
+                if self._dot is not None:
+                    self.note_dot(eqn, outs[0], lvl)
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
                     self.note_position(o, lvl)
@@ -329,6 +369,8 @@ class _Encoder:
                 plain = all(v is None for k, v in cfg.items() if k != "preferred_element_type")
                 if plain and same_in and (pet is None or str(pet) == in_dt):
                     self.src.add(self.t(plain_cfg, cid, Str(in_dt)))
+                if nb == 0:
+                    self._dot = (ins[0], ins[1], int(lc[0]), int(rc[0]), cid)
                 return self.t(Tensor.dot, ins[0], ins[1], nb, int(lc[0]), int(rc[0]), cid)
         if name == "transpose" and len(p["permutation"]) in (2, 3):
             return self.t(Tensor.transpose, ins[0], ivec(p["permutation"]))
@@ -453,6 +495,7 @@ def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = fr
         const_is_arg=enc.const_is_arg,
         eqn_fns=enc.eqn_fns,
         symbols=frozenset({*enc.src.refs, ref_of(float_dtype)}),  # float_dtype: new_egraph's rows
+        dots=enc.dots,
     )
 
 

@@ -186,6 +186,10 @@ def saturate(
     """Run `rules` (with the shape analysis) until saturation or a limit; fill the report.
     `guarded`: inexact rules leave values that reach a saturating op alone (nonfinite.py)."""
     eg = program.egraph
+    for r in rules:  # group identities, written once (rules/__init__.py: Rule.seed)
+        joined = r.seed(program) if r.seed is not None else 0
+        if joined:
+            report.rules_fired[r.name] = report.rules_fired.get(r.name, 0) + joined
     eg.run(analysis.saturate())
     if not rules:
         report.stop_reason = StopReason.NO_RULES
@@ -414,6 +418,14 @@ def _only_choice(view: EGraphView) -> dict[str, str]:
 
 
 def original_classes(before: EGraphView, after: EGraphView) -> set[str]:
-    """Classes of `after` that contain an original node (same op and attributes and children)."""
-    keys = {(n.op, n.attrs) for n in before.nodes.values()}
-    return {n.eclass for n in after.nodes.values() if (n.op, n.attrs) in keys}
+    """Classes of `after` that contain an original node: same op and attributes, and children of
+    the same shapes and dtypes (class ids differ between the two views). Without the children, a
+    slice of a stack of constant weights matched the program's slice `xs[0]` (both (0, 0, 1)) and
+    was taken for the program as written, so decode did not fold the stack."""
+
+    def key(view: EGraphView, n: Any) -> tuple:
+        kids = tuple((view.shapes.get(c), view.dtypes.get(c)) for c in n.children)
+        return n.op, n.attrs, kids
+
+    keys = {key(before, n) for n in before.nodes.values()}
+    return {n.eclass for n in after.nodes.values() if key(after, n) in keys}

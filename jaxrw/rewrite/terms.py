@@ -60,8 +60,6 @@ __all__ = [
     "lnext",
     "rfirst",
     "rnext",
-    "bfirst",
-    "bnext",
     "analysis",
     "new_egraph",
     "DEFAULT_CFG",
@@ -259,16 +257,6 @@ def rfirst(b: Tensor, nb: i64Like, lc: i64Like, rc: i64Like, cfg: i64Like, lvl: 
 @function(merge=lambda old, new: old.min(new))
 def rnext(x: Tensor) -> i64:
     """Order of the next dot after x in x's right-shared group."""
-
-
-@function(merge=lambda old, new: old.min(new))
-def bfirst(sa: Vec[i64], sb: Vec[i64], lc: i64Like, rc: i64Like, cfg: i64Like, lvl: i64Like) -> i64:
-    """Smallest order among unbatched dots of these operand shapes and level."""
-
-
-@function(merge=lambda old, new: old.min(new))
-def bnext(x: Tensor) -> i64:
-    """Order of the next dot after x in x's equal-shapes group."""
 
 
 analysis = ruleset(name="analysis")
@@ -499,7 +487,7 @@ def _value_facts():
 
 @analysis.register
 def _dot_groups():
-    """Orders of the original dots that share an operand (or operand shapes) within one level."""
+    """Orders of the original dots that share an operand within one level."""
     # left-shared: dot(a, B) with B of rank nb+2 (one free axis), keyed by (a, form, level)
     for nb in range(3):
         one_free = (eq(shape(_b).length()).to(i64(nb + 2)),)
@@ -537,37 +525,6 @@ def _dot_groups():
             *one_free,
             eq(shape(_c).length()).to(i64(nb + 2)),
         ).then(set_(rnext(_x)).to(_o2))
-    # equal shapes, unbatched, operands of rank <= 2: candidates for one batched dot
-    x = Tensor.dot(_a, _b, 0, _lc, _rc, _cfg)
-    y = Tensor.dot(_c, _t, 0, _lc, _rc, _cfg)
-    small = (_sa.length() <= 2, _sb.length() <= 2)
-    yield rule(
-        eq(_x).to(x),
-        eq(_sa).to(shape(_a)),
-        eq(_sb).to(shape(_b)),
-        *small,
-        eq(_o1).to(order(_x)),
-        eq(_lv).to(level(_x)),
-    ).then(set_(bfirst(_sa, _sb, _lc, _rc, _cfg, _lv)).to(_o1))
-    yield rule(
-        # level and order first: the query planner follows this order, and joining on the level
-        # first keeps the pairs within one level (shapes first: all same-shape dots of the whole
-        # program are paired, 17 s and 6 GB for a 2,000-equation layer stack)
-        eq(_lv).to(level(_x)),
-        eq(_lv).to(level(_y)),
-        eq(_o1).to(order(_x)),
-        eq(_o2).to(order(_y)),
-        _o1 < _o2,
-        eq(_x).to(x),
-        eq(_y).to(y),
-        eq(_sa).to(shape(_a)),
-        eq(_sb).to(shape(_b)),
-        *small,
-        eq(_sa).to(shape(_c)),
-        eq(_sb).to(shape(_t)),
-        ne(_a).to(_c),  # dots sharing an operand merge without copies (rules/merge.py)
-        ne(_b).to(_t),
-    ).then(set_(bnext(_x)).to(_o2))
 
 
 def new_egraph() -> EGraph:

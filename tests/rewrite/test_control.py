@@ -108,8 +108,9 @@ def test_control_flow_bodies_left_alone_when_disabled():
 
 
 def test_nasrnn_cell_in_a_scan_merges_its_eight_shared_input_products_per_step():
-    # issue 9's example: each step's x@W_i merge into x@[W_1..W_8] and h@U_i into h@[U_1..U_8];
-    # the concatenated weights are loop-invariant and built once, outside the scan
+    # issue 9's example: each step's x@W_i merge into x@[W_1..W_8] and h@U_i into h@[U_1..U_8]
+    # (or all sixteen into one batched product); the concatenated weights are loop-invariant and
+    # built once, outside the scan
     from jaxrw.bench.nets import _nas_combine
 
     d, batch, steps = 64, 4, 6
@@ -129,7 +130,8 @@ def test_nasrnn_cell_in_a_scan_merges_its_eight_shared_input_products_per_step()
     rep = opt.report(W, U, xs, h0)
     assert rep.bodies and rep.bodies[0].rewritten and rep.bodies[0].hoisted_bytes == 2 * 8 * d * d * 4
     assert _count_in_body(cell_scan, (W, U, xs, h0), "dot_general") == 16
-    assert _count_in_body(opt, (W, U, xs, h0), "dot_general") == 2
+    # x@[W_1..W_8] and h@[U_1..U_8], or the sixteen as one batched GEMM (batch.stack_dots)
+    assert _count_in_body(opt, (W, U, xs, h0), "dot_general") in (1, 2)
 
 
 def _custom_pair():

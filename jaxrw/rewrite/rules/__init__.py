@@ -2,7 +2,9 @@
 
 A `Rule` has a stable name, its identity in one line, its side conditions, an exactness tag
 (exact in floating point, or exact only in real arithmetic) and an `example`: a small program
-where it applies, which the tests use to check it numerically against a float64 reference.
+where it applies, which the tests use to check it numerically against a float64 reference. Its
+egglog rewrites come from `build`; a rule over a whole group of equations may instead `seed` the
+e-graph once, before saturation.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class Rule:
     # True: runs once after the main saturation (run.py), so what it adds is never matched by the
     # other rules; for rules whose results would otherwise feed the merges without end
     late: bool = False
+    # seed(program) -> how many terms it joined: facts written once before saturation, for an
+    # identity over a whole group of equations that rules would reach one member per iteration
+    seed: Callable[[Any], int] | None = field(default=None, repr=False, compare=False)
 
     def rewrites(self, guarded: bool = False) -> list[Any]:
         """The egglog rewrites. `guarded`: an inexact rule fires only on values that reach no

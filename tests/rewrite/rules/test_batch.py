@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .harness import count_prims, reaches
+from .harness import count_prims, optimized, reaches
 
 
 def _rand(rng, *shape):
@@ -107,3 +107,87 @@ def test_index_rows_is_not_taken_for_one_row_block_alone():
         assert all(e.invars[0].aval.shape != (24, 16) for e in dots)
         for got, want in zip(res.fn(*leaves), f(xs, *ws), strict=True):
             assert rel_err(got, want) <= 1e-5
+
+
+def test_a_group_of_32_experts_is_batched_whole_in_one_iteration():
+    # the group is written before saturation (Rule.seed): one iteration suffices where a rule
+    # growing the stack one dot per iteration needed 31
+    from jaxrw.rewrite.run import Limits
+
+    from .harness import rel_err
+
+    rng = np.random.default_rng(4)
+    ws = [_rand(rng, 16, 8) for _ in range(32)]
+    xs = tuple(_rand(rng, 4, 16) for _ in range(32))
+
+    def f(*xs):
+        return [x @ w for x, w in zip(xs, ws, strict=True)]
+
+    opt = optimized(f, xs, cost_model=GemmLaunches(), limits=Limits(iterations=1))
+    assert opt.report.rules_fired.get("batch.stack_dots") == 32, opt.report
+    assert opt.dots == 1, opt.report
+    for got, want in zip(opt.fn(*xs), f(*xs), strict=True):
+        assert rel_err(got, want) <= 1e-6
+
+
+def test_dots_of_different_levels_or_a_shared_operand_are_not_stacked_together():
+    # x @ W then (x @ W) @ V has equal shapes at two levels: one depends on the other, so they
+    # can't be one batched dot; a @ W and b @ W share W (the shared-operand merges take those)
+    from jaxrw.rewrite.encode import encode
+    from jaxrw.rewrite.rules import RULES
+
+    from .harness import flat_jaxpr
+
+    rng = np.random.default_rng(5)
+    x, a, b = _rand(rng, 8, 8), _rand(rng, 8, 8), _rand(rng, 8, 8)
+    w, v = _rand(rng, 8, 8), _rand(rng, 8, 8)
+    closed, _ = flat_jaxpr(lambda x, a, b: ((x @ w) @ v, a @ w, b @ w), (x, a, b))
+    program = encode(closed)
+    assert len(program.dots) == 4
+    assert RULES["batch.stack_dots"].seed(program) == 0
+    # with two independent dots on distinct operands at level 1, the group is written
+    closed, _ = flat_jaxpr(lambda x, a: (x @ w, a @ v), (x, a))
+    assert RULES["batch.stack_dots"].seed(encode(closed)) == 2
+
+
+def test_projections_sharing_an_input_stack_per_weight_and_as_one_group():
+    # two decoders' q and k projections: x1 feeds q1 and k1, x2 feeds q2 and k2. Stacks: [q1, q2],
+    # [k1, k2], and the four at once with x1 and x2 repeated, which one GEMM computes
+    from jaxrw.rewrite.encode import encode
+    from jaxrw.rewrite.rules import RULES
+
+    from .harness import flat_jaxpr, rel_err
+
+    rng = np.random.default_rng(6)
+    ws = [_rand(rng, 16, 16) for _ in range(4)]
+    xs = (_rand(rng, 4, 16), _rand(rng, 4, 16))
+
+    def f(x1, x2):
+        return x1 @ ws[0], x1 @ ws[1], x2 @ ws[2], x2 @ ws[3]
+
+    closed, _ = flat_jaxpr(f, xs)
+    assert RULES["batch.stack_dots"].seed(encode(closed)) == 2 + 2 + 4
+    opt = optimized(f, xs, cost_model=GemmLaunches())
+    assert opt.dots == 1, opt.report
+    for got, want in zip(opt.fn(*xs), f(*xs), strict=True):
+        assert rel_err(got, want) <= 1e-6
+
+
+def test_a_stack_of_closed_over_weights_is_folded_into_one_constant():
+    # the stacked operand is a concatenation of the weights, each with a leading unit axis: both
+    # are folded when the program is built (XLA does not fold the broadcasts, so it copied all the
+    # weights on every call), into one constant and not one per prefix of the chain
+    rng = np.random.default_rng(7)
+    ws = [_rand(rng, 16, 8) for _ in range(6)]
+    xs = tuple(_rand(rng, 4, 16) for _ in range(6))
+
+    def f(*xs):
+        return [x @ w for x, w in zip(xs, ws, strict=True)]
+
+    opt = optimized(f, xs, cost_model=GemmLaunches())
+    assert opt.dots == 1, opt.report
+    built = jax.make_jaxpr(opt.fn)(*xs)
+    assert [tuple(c.shape) for c in built.consts] == [(6, 16, 8)]
+    assert all(
+        e.primitive.name != "concatenate" or e.outvars[0].aval.shape[1:] != (16, 8) for e in built.jaxpr.eqns
+    )
