@@ -495,7 +495,7 @@ class Optimized:
             fn = result.fn if result.fn is not None else original
             try:
                 if report.rewritten and not tune:  # autotune measured already
-                    fn = choice.confirm_rewrite(self.schedule, fn, original, leaves, report)
+                    fn = choice.confirm_rewrite(self.schedule, fn, original, leaves, report, _name(self.fn))
                 as_written = not report.rewritten  # kept: a schedule must beat timing.kept_terms
                 chosen, why = choice.for_program(
                     self.schedule, fn, specs, leaves, donate, profile, self.schedule_memory_slack, as_written

@@ -95,10 +95,12 @@ def confirm_rewrite(
     original: Callable,
     leaves: Sequence[Any],
     report: Any,
+    name: str = "program",
 ) -> Callable:
-    """The program to schedule: `original` where all three hold: auto can time here, the
-    rewrite's predicted speedup is under CONFIRM_BELOW, and it did not measure REWRITE_MARGIN
-    faster than `original` (twice, as auto's picks); `report` then says so (not rewritten, with
+    """The program to schedule (`name`: the user's function's, for the logs): `original` where
+    all three hold: auto can time here, the rewrite's predicted speedup is under CONFIRM_BELOW,
+    and it did not measure REWRITE_MARGIN faster than `original` (twice, as auto's picks);
+    `report` then says so (not rewritten, with
     the guard's note). Else `rewritten`. The program as written runs with no Python of jaxrw's,
     so the rewrite pays the fast path's frame. Peak memory is not a condition, as it is not the
     guard's (a schedule's is: for_program). If the timing fails, the rewrite stands (the guard's
@@ -113,7 +115,7 @@ def confirm_rewrite(
             jax.jit(original),
             {"rewrite": jax.jit(rewritten)},
             [spec(x) for x in args],
-            getattr(original, "__name__", "program"),
+            name,
             memory_slack=None,
             overhead={"rewrite": fast_path_frame_s},
             notes=notes,
