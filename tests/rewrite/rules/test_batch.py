@@ -109,25 +109,35 @@ def test_index_rows_is_not_taken_for_one_row_block_alone():
             assert rel_err(got, want) <= 1e-5
 
 
+def _experts(seed: int, count: int):
+    """`count` independent products x_i @ W_i (4x16 @ 16x8, closed-over weights): (f, xs)."""
+    rng = np.random.default_rng(seed)
+    ws = [_rand(rng, 16, 8) for _ in range(count)]
+    xs = tuple(_rand(rng, 4, 16) for _ in range(count))
+
+    def f(*xs):
+        return [x @ w for x, w in zip(xs, ws, strict=True)]
+
+    return f, xs
+
+
+def _same_results(opt, f, xs):
+    from .harness import rel_err
+
+    for got, want in zip(opt.fn(*xs), f(*xs), strict=True):
+        assert rel_err(got, want) <= 1e-6
+
+
 def test_a_group_of_32_experts_is_batched_whole_in_one_iteration():
     # the group is written before saturation (Rule.seed): one iteration suffices where a rule
     # growing the stack one dot per iteration needed 31
     from jaxrw.rewrite.run import Limits
 
-    from .harness import rel_err
-
-    rng = np.random.default_rng(4)
-    ws = [_rand(rng, 16, 8) for _ in range(32)]
-    xs = tuple(_rand(rng, 4, 16) for _ in range(32))
-
-    def f(*xs):
-        return [x @ w for x, w in zip(xs, ws, strict=True)]
-
+    f, xs = _experts(4, 32)
     opt = optimized(f, xs, cost_model=GemmLaunches(), limits=Limits(iterations=1))
     assert opt.report.rules_fired.get("batch.stack_dots") == 32, opt.report
     assert opt.dots == 1, opt.report
-    for got, want in zip(opt.fn(*xs), f(*xs), strict=True):
-        assert rel_err(got, want) <= 1e-6
+    _same_results(opt, f, xs)
 
 
 def test_dots_of_different_levels_or_a_shared_operand_are_not_stacked_together():
@@ -156,7 +166,7 @@ def test_projections_sharing_an_input_stack_per_weight_and_as_one_group():
     from jaxrw.rewrite.encode import encode
     from jaxrw.rewrite.rules import RULES
 
-    from .harness import flat_jaxpr, rel_err
+    from .harness import flat_jaxpr
 
     rng = np.random.default_rng(6)
     ws = [_rand(rng, 16, 16) for _ in range(4)]
@@ -169,23 +179,17 @@ def test_projections_sharing_an_input_stack_per_weight_and_as_one_group():
     assert RULES["batch.stack_dots"].seed(encode(closed)) == 2 + 2 + 4
     opt = optimized(f, xs, cost_model=GemmLaunches())
     assert opt.dots == 1, opt.report
-    for got, want in zip(opt.fn(*xs), f(*xs), strict=True):
-        assert rel_err(got, want) <= 1e-6
+    _same_results(opt, f, xs)
 
 
 def test_a_stack_of_closed_over_weights_is_folded_into_one_constant():
     # the stacked operand is a concatenation of the weights, each with a leading unit axis: both
-    # are folded when the program is built (XLA does not fold the broadcasts, so it copied all the
-    # weights on every call), into one constant and not one per prefix of the chain
-    rng = np.random.default_rng(7)
-    ws = [_rand(rng, 16, 8) for _ in range(6)]
-    xs = tuple(_rand(rng, 4, 16) for _ in range(6))
-
-    def f(*xs):
-        return [x @ w for x, w in zip(xs, ws, strict=True)]
-
+    # are folded when the program is built (priced as copies otherwise), into one constant and
+    # not one per prefix of the chain
+    f, xs = _experts(7, 6)
     opt = optimized(f, xs, cost_model=GemmLaunches())
     assert opt.dots == 1, opt.report
+    _same_results(opt, f, xs)
     built = jax.make_jaxpr(opt.fn)(*xs)
     assert [tuple(c.shape) for c in built.consts] == [(6, 16, 8)]
     assert all(
