@@ -3,8 +3,10 @@
     python bench/batching_h200.py [--case experts_equal experts_packed] [--dtype bfloat16] [--json PATH]
 
 For each case: jax.jit, the hand version, and jaxrw optimized four ways, the rewrite's iteration
-limit (12, the default, and 48) crossed with `Profile.concat_chains` (off, the built-in profile's
-setting, and on), each with `schedule="xla"` so that only the rewrite differs. Each row records
+limit (12, the default, and 48) crossed with `Profile.concat_chains` (off, and on: the built-in
+profiles' setting since the seventeenth lease), each with `schedule="xla"` so that only the
+rewrite differs. Since `batch.stack_dots` writes whole groups before saturation (twenty-second
+session), 12 iterations should give what 48 did. Each row records
 the optimization time, the stop reason, the predicted cost, the dots extracted and the median
 time of a call, interleaved. A short table is printed last.
 """
