@@ -195,3 +195,23 @@ def test_a_stack_of_closed_over_weights_is_folded_into_one_constant():
     assert all(
         e.primitive.name != "concatenate" or e.outvars[0].aval.shape[1:] != (16, 8) for e in built.jaxpr.eqns
     )
+
+
+def test_a_stack_of_hoisted_weights_is_built_once_outside_the_hot_call():
+    # with the weights hoisted, their stack (a concatenation of unit-axis relayouts of slow
+    # arguments) is the prologue's one value; new weights rebuild it
+    import jaxrw
+
+    rng = np.random.default_rng(8)
+    ws = [_rand(rng, 64, 64) for _ in range(8)]
+    xs = [_rand(rng, 4, 64) for _ in range(8)]
+
+    def f(ws, xs):
+        return [x @ w for x, w in zip(xs, ws, strict=True)]
+
+    opt = jaxrw.optimize(f, hoist_argnums=0, profile="h200")
+    for weights in (ws, ws, [w * 2 for w in ws], [w * 2 for w in ws]):
+        for got, want in zip(opt(weights, xs), f(weights, xs), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    rep = opt.report(ws, xs)
+    assert rep.rewritten and rep.hoisted_bytes == 8 * 64 * 64 * 4, rep
