@@ -174,6 +174,10 @@ class Program:
     # egglog references of the term-language callables written (which rules can fire: reach.py)
     symbols: frozenset = frozenset()
     dots: list[DotSite] = field(default_factory=list)  # unbatched dots, in program order
+    # x[i] (a row of x along its leading axis) -> (x, i); and stacks along a new leading axis:
+    # (the stack, its operands). What lets `batch.stack_dots` read a stack of rows as x itself.
+    rows: dict[Sym, tuple[Sym, int]] = field(default_factory=dict)
+    stacks: list[tuple[Sym, tuple[Sym, ...]]] = field(default_factory=list)
 
     def describe(self) -> str:
         return f"Program({self.n_equations} equations, {len(self.outputs)} outputs, {len(self.eqns)} opaque)"
@@ -200,6 +204,10 @@ class _Encoder:
         self.levels: dict[str, int] = {}  # let name -> longest path from an input
         self.n_bound = 0  # let-bound equation terms (see `bind`)
         self.dots: list[DotSite] = []
+        self.rows: dict[Sym, tuple[Sym, int]] = {}
+        self.stacks: list[tuple[Sym, tuple[Sym, ...]]] = []
+        self._row_slices: dict[Sym, tuple[Sym, int]] = {}  # x[i:i+1] -> (x, i)
+        self._leads: dict[Sym, Sym] = {}  # broadcast of t to [1, *t.shape] -> t
         self._dot: tuple | None = None  # the dot `structural` just typed: (a, b, lc, rc, cfg)
 
     def t(self, ctor: Any, *args: Any) -> Sym:
@@ -253,6 +261,26 @@ class _Encoder:
         if len(va.shape) in (1, 2) and len(vb.shape) in (1, 2) and len(dts) == 1:
             self.dots.append(DotSite(t, a, b, tuple(va.shape), tuple(vb.shape), lc, rc, cfg, lvl, dts.pop()))
 
+    def note_stacking(self, eqn: Any, ins: list[Sym], t: Sym) -> None:
+        """Record rows x[i] (a unit slice of the leading axis, squeezed) and stacks along a new
+        leading axis (`stack`, or a concatenate of unit-axis broadcasts): see Program.rows."""
+        name, p = eqn.primitive.name, eqn.params
+        shape_in = tuple(eqn.invars[0].aval.shape) if eqn.invars else ()
+        if name == "slice" and shape_in and not any(s != 1 for s in p.get("strides") or ()):
+            lo, hi = p["start_indices"], p["limit_indices"]
+            rest_whole = all(a == 0 and b == n for a, b, n in zip(lo[1:], hi[1:], shape_in[1:], strict=True))
+            if hi[0] == lo[0] + 1 and rest_whole:
+                self._row_slices[t] = (ins[0], int(lo[0]))
+        elif name == "squeeze" and tuple(p["dimensions"]) == (0,) and ins[0] in self._row_slices:
+            self.rows[t] = self._row_slices[ins[0]]
+        elif name == "broadcast_in_dim" and tuple(p["shape"]) == (1, *shape_in):
+            if tuple(p["broadcast_dimensions"]) == tuple(range(1, len(shape_in) + 1)):
+                self._leads[t] = ins[0]
+        elif name == "stack" and p.get("axis") == 0:
+            self.stacks.append((t, tuple(ins)))
+        elif name == "concatenate" and p["dimension"] == 0 and all(i in self._leads for i in ins):
+            self.stacks.append((t, tuple(self._leads[i] for i in ins)))
+
     def note_type(self, t: Sym, aval: Any) -> None:
         self.src.set(shape, t, to=ivec(aval.shape))
         self.src.set(dtype, t, to=Str(str(aval.dtype)))
@@ -291,6 +319,8 @@ class _Encoder:
                 lvl = 1 + max((self.levels.get(t, 0) for t in ins), default=0)
                 if self._dot is not None:
                     self.note_dot(eqn, outs[0], lvl)
+                if len(outs) == 1:
+                    self.note_stacking(eqn, ins, outs[0])
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
                     self.note_position(o, lvl)
@@ -496,6 +526,8 @@ def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = fr
         eqn_fns=enc.eqn_fns,
         symbols=frozenset({*enc.src.refs, ref_of(float_dtype)}),  # float_dtype: new_egraph's rows
         dots=enc.dots,
+        rows=enc.rows,
+        stacks=enc.stacks,
     )
 
 

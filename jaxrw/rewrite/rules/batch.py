@@ -81,11 +81,33 @@ def _seed_stacked_dots(program: Any) -> int:
             big = src.let(f"$jaxrw_stack{joined}", stacked)
             for i, d in enumerate(stack):
                 src.add(Sym(f"(union {d.term} {src.call(squeeze, src.call(slice_, big, 0, i, i + 1), 0)})"))
+            _join_rows_and_stacks(program, src, stack, left, right, big)
             joined += len(stack)
     src.flush()
     if program.symbols:  # the constructors written here can make more rules match (reach.py)
         program.symbols = program.symbols | frozenset(src.refs)
     return joined
+
+
+def _join_rows_and_stacks(
+    program: Any, src: EggSource, stack: list[Any], left: Sym, right: Sym, big: Sym
+) -> None:
+    """Where the stacked operands are consecutive rows x[i], ..., x[i+n-1] of one x, they are
+    x[i:i+n] (x itself when whole); where the program stacks the dots' results in order, that
+    stack is (a slice of) the batched dot. Either would otherwise come back one concatenation
+    link per iteration, and meanwhile be priced as copies (experts' inputs and outputs)."""
+    for side, operands in ((left, [d.a for d in stack]), (right, [d.b for d in stack])):
+        rows = [program.rows.get(t) for t in operands]
+        if all(rows) and len({x for x, _ in rows}) == 1:
+            x, i0 = rows[0]
+            if [i for _, i in rows] == list(range(i0, i0 + len(rows))):
+                src.add(Sym(f"(union {side} {src.call(slice_, x, 0, i0, i0 + len(rows))})"))
+    terms = [d.term for d in stack]
+    for t, operands in program.stacks:
+        j = terms.index(operands[0]) if operands and operands[0] in terms else -1
+        if j >= 0 and list(operands) == terms[j : j + len(operands)]:
+            whole = len(operands) == len(terms)
+            src.add(Sym(f"(union {t} {big if whole else src.call(slice_, big, 0, j, j + len(operands))})"))
 
 
 def _stacks(members: list[Any]) -> list[list[Any]]:

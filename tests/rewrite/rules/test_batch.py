@@ -215,3 +215,21 @@ def test_a_stack_of_hoisted_weights_is_built_once_outside_the_hot_call():
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     rep = opt.report(ws, xs)
     assert rep.rewritten and rep.hoisted_bytes == 8 * 64 * 64 * 4, rep
+
+
+def test_rows_of_one_array_stack_as_the_array_and_the_stacked_results_as_the_batched_dot():
+    # x[i] @ w[i] stacked: the batched dot's operands are x and w themselves and its result is the
+    # stack, in one iteration (Program.rows and Program.stacks), with no concatenation left
+    from jaxrw.rewrite.run import Limits
+
+    rng = np.random.default_rng(9)
+    x, w = _rand(rng, 16, 4, 32), _rand(rng, 16, 32, 8)
+
+    def f(x, w):
+        return jnp.stack([x[i] @ w[i] for i in range(16)])
+
+    opt = optimized(f, (x, w), cost_model=GemmLaunches(), limits=Limits(iterations=1))
+    assert opt.dots == 1, opt.report
+    assert count_prims(opt.fn, x, w, name="concatenate") == 0
+    assert count_prims(opt.fn, x, w, name="slice") == 0
+    _same_results(opt, lambda x, w: [f(x, w)], (x, w))
