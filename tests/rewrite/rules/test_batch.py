@@ -5,6 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .harness import count_prims, optimized, reaches
 
@@ -233,3 +235,38 @@ def test_rows_of_one_array_stack_as_the_array_and_the_stacked_results_as_the_bat
     assert count_prims(opt.fn, x, w, name="concatenate") == 0
     assert count_prims(opt.fn, x, w, name="slice") == 0
     _same_results(opt, lambda x, w: [f(x, w)], (x, w))
+
+
+@given(
+    n=st.integers(2, 5),
+    share_a=st.lists(st.integers(0, 4), min_size=5, max_size=5),
+    share_b=st.lists(st.integers(0, 4), min_size=5, max_size=5),
+    rows=st.booleans(),
+    stacked=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_stacked_groups_match_a_float64_reference(n, share_a, share_b, rows, stacked, seed):
+    # groups with shared operands (several stacks plus the whole group), operands that are rows of
+    # one array, results stacked or not: batched whenever it is taken, and the same values
+    rng = np.random.default_rng(seed)
+    # rows of two arrays, or five separate arrays each (the same one for equal share indices)
+    xs, ws = _rand(rng, 5, 3, 6), _rand(rng, 5, 6, 4)
+    if not rows:
+        xs, ws = list(xs), list(ws)
+
+    def f(xs, ws):
+        a = [xs[i if rows else share_a[i]] for i in range(n)]
+        b = [ws[i if rows else share_b[i]] for i in range(n)]
+        out = [p @ q for p, q in zip(a, b, strict=True)]
+        return jnp.stack(out) if stacked else out
+
+    opt = optimized(f, (xs, ws), cost_model=GemmLaunches())
+    pairs = [(i, i) if rows else (share_a[i], share_b[i]) for i in range(n)]
+    stackable = any(p[0] != q[0] and p[1] != q[1] for p in pairs for q in pairs)
+    assert (opt.report.rules_fired.get("batch.stack_dots", 0) > 0) == stackable, opt.report
+    got = opt.fn(*jax.tree_util.tree_leaves((xs, ws)))
+    as64 = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float64), (xs, ws))
+    want = jax.tree_util.tree_leaves(f(*as64))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-5, atol=1e-5)
