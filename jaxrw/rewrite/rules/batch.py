@@ -2,9 +2,9 @@
 
 `batch.stack_dots` batches the equal-shape groups the encoder records (`Program.dots`: original
 unbatched dots of one level whose operands have the same shapes, such as per-head projections of
-separate inputs or small experts), each group whole, before saturation (`Rule.seed`). When the program itself
-stacks the results, `batch.expand_dot` and `batch.concat_batched` reach the same batched dot
-without the multi-pattern. The way back composes `reduce.slice_dot` (a batch slice of a dot is a
+separate inputs or small experts), each group whole, before saturation (`Rule.seed`). Where the
+program stacks the results of other batched dots, `batch.expand_dot` and `batch.concat_batched`
+reach one batched dot. The way back composes `reduce.slice_dot` (a batch slice of a dot is a
 dot of slices) with `batch.squeeze_batch` and `batch.squeeze_expand`.
 
 All rules move data only: exact in floating point and in integer arithmetic.
@@ -21,9 +21,9 @@ from ..terms import Tensor, shape
 from . import Rule, register_rule
 from ._util import RING, V, rand, rank, same_dtype, sizes
 
-A, B, C, D, M, X, Y = V.A, V.B, V.C, V.D, V.M, V.X, V.Y
-x, y, w = V.x, V.y, V.w
-l, r, c, n, o, p, lv = V.l, V.r, V.c, V.n, V.o, V.p, V.lv
+A, B, X, Y = V.A, V.B, V.X, V.Y
+x = V.x
+l, r, c, n = V.l, V.r, V.c, V.n
 sa, sb, sc, so = V.sa, V.sb, V.sc, V.so
 dot, concat, slice_, squeeze = Tensor.dot, Tensor.concat, Tensor.slice, Tensor.squeeze
 
@@ -35,17 +35,6 @@ def _reg(name, identity, build, conditions, example, late=False):
 def _lead(t, s, rk):
     """t (of shape s and rank rk) with a leading unit axis."""
     return Tensor.broadcast_in_dim(t, Vec[i64](i64(1)).append(s), Vec[i64](*[i64(i + 1) for i in range(rk)]))
-
-
-def _stacked_as(t, s, rk):
-    """Conditions: t has rank rk + 1 and its trailing axes are those of shape s (a stack of
-    operands of shape s). An e-class can hold dots of other operand shapes with equal results
-    ([3]@[3,1] and [1]@[1,1] are both [1]): a rule must bind the node it stacks by shape."""
-    return [eq(shape(t).length()).to(i64(rk + 1)), *(eq(shape(t)[i + 1]).to(s[i]) for i in range(rk))]
-
-
-def _index(t, i):
-    return squeeze(slice_(t, 0, i, i + 1), 0)
 
 
 # --- independent dots -> one batched dot ---------------------------------------------------------
@@ -98,10 +87,10 @@ def _join_rows_and_stacks(
     link per iteration, and meanwhile be priced as copies (experts' inputs and outputs)."""
     for side, operands in ((left, [d.a for d in stack]), (right, [d.b for d in stack])):
         rows = [program.rows.get(t) for t in operands]
-        if all(rows) and len({x for x, _ in rows}) == 1:
-            x, i0 = rows[0]
+        if all(rows) and len({arr for arr, _ in rows}) == 1:
+            arr, i0 = rows[0]
             if [i for _, i in rows] == list(range(i0, i0 + len(rows))):
-                src.add(Sym(f"(union {side} {src.call(slice_, x, 0, i0, i0 + len(rows))})"))
+                src.add(Sym(f"(union {side} {src.call(slice_, arr, 0, i0, i0 + len(rows))})"))
     terms = [d.term for d in stack]
     for t, operands in program.stacks:
         j = terms.index(operands[0]) if operands and operands[0] in terms else -1
