@@ -237,7 +237,7 @@ def test_rows_of_one_array_stack_as_the_array_and_the_stacked_results_as_the_bat
     _same_results(opt, lambda x, w: [f(x, w)], (x, w))
 
 
-def test_rows_out_of_order_or_with_a_gap_are_not_taken_for_a_slice():
+def test_rows_or_results_out_of_order_are_not_taken_for_a_slice_or_the_batched_dot():
     # x[0], x[2], x[1] (or x[0], x[2]) stacked are not x[0:3] (x[0:2]): a plausible but false
     # identity; the batched dot must read them restacked, and the stack of results likewise
     rng = np.random.default_rng(10)
@@ -250,6 +250,14 @@ def test_rows_out_of_order_or_with_a_gap_are_not_taken_for_a_slice():
         opt = optimized(f, (x, w), cost_model=GemmLaunches())
         assert opt.report.rules_fired.get("batch.stack_dots") == len(order), opt.report
         _same_results(opt, lambda x, w, f=f: [f(x, w)], (x, w))
+
+    def g(x, w):  # computed in order, stacked in another: not the batched dot itself
+        d = [x[i] @ w[i] for i in range(3)]
+        return jnp.stack([d[2], d[0], d[1]])
+
+    opt = optimized(g, (x, w), cost_model=GemmLaunches())
+    assert opt.report.rules_fired.get("batch.stack_dots") == 3, opt.report
+    _same_results(opt, lambda x, w: [g(x, w)], (x, w))
 
 
 @given(
