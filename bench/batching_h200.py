@@ -1,14 +1,13 @@
 """The batched-GEMM win jaxrw leaves (bench/README.md, "A win jaxrw leaves"), timed on a GPU.
 
-    python bench/batching_h200.py [--case experts_equal experts_packed] [--dtype bfloat16] [--json PATH]
+    python bench/batching_h200.py [--case NAME ...] [--iterations 12 48] [--dtype bfloat16] [--json PATH]
 
-For each case: jax.jit, the hand version, and jaxrw optimized four ways, the rewrite's iteration
-limit (12, the default, and 48) crossed with `Profile.concat_chains` (off, and on: the built-in
-profiles' setting since the seventeenth lease), each with `schedule="xla"` so that only the
-rewrite differs. Since `batch.stack_dots` writes whole groups before saturation (twenty-second
-session), 12 iterations should give what 48 did. Each row records
-the optimization time, the stop reason, the predicted cost, the dots extracted and the median
-time of a call, interleaved. A short table is printed last.
+For each case: jax.jit, the hand version where the case has one, and jaxrw optimized with each
+`--iterations` limit (12, the default; 48 was needed before `batch.stack_dots` wrote whole groups
+before saturation, twenty-second session) crossed with `Profile.concat_chains` (off, and on: the
+built-in profiles' setting since the seventeenth lease), each with `schedule="xla"` so that only
+the rewrite differs. Each row records the optimization time, the stop reason, the predicted cost,
+the dots extracted and the median time of a call, interleaved. A short table is printed last.
 """
 
 from __future__ import annotations
@@ -25,10 +24,8 @@ from jaxrw.bench.report import program_ops, write_rows
 from jaxrw.rewrite.measure import measure
 from jaxrw.rewrite.profiles import default_profile
 
-ITERATIONS = (12, 48)
 
-
-def run_case(name: str, dtype: str, size: str, repeats: int) -> dict:
+def run_case(name: str, dtype: str, size: str, repeats: int, limits: tuple[int, ...] = (12,)) -> dict:
     load_suites()
     inst = CASES[name].instance(size, dtype)
     args = tuple(jax.device_put(a) for a in inst.args(0))
@@ -38,7 +35,7 @@ def run_case(name: str, dtype: str, size: str, repeats: int) -> dict:
         hand_args = inst.hand_prep(args) if inst.hand_prep else args
         variants["hand"] = (jax.jit(inst.hand), hand_args)
     rows = {}
-    for iterations in ITERATIONS:
+    for iterations in limits:
         for chains in (False, True):
             label = f"it={iterations} chains={'on' if chains else 'off'}"
             profile = dataclasses.replace(base, concat_chains=chains)
@@ -65,13 +62,16 @@ def run_case(name: str, dtype: str, size: str, repeats: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", nargs="+", default=["experts_equal", "experts_packed"])
+    ap.add_argument("--case", nargs="+", default=["experts_equal", "experts_packed", "small_decoders"])
+    ap.add_argument(
+        "--iterations", nargs="+", type=int, default=[12], help="iteration limits (12: the default)"
+    )
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--size", default="large", help="small: to check the script on a CPU")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    results = [run_case(c, a.dtype, a.size, a.repeats) for c in a.case]
+    results = [run_case(c, a.dtype, a.size, a.repeats, tuple(a.iterations)) for c in a.case]
     print(write_rows(a.json, results))
     for r in results:
         base = r["median_us"]["jax.jit"]

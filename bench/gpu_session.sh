@@ -14,7 +14,7 @@
 #                                      # XLA's autotuning (bench/compile_variance_h200.py), jax 0.12
 #   bench/gpu_session.sh transpose     # the cases Profile.transpose_folded decides, with it off and on
 #   bench/gpu_session.sh chains        # the cases Profile.concat_chains decides, with it off and on
-#   bench/gpu_session.sh batching      # experts_equal/_packed: iteration limit x concat_chains
+#   bench/gpu_session.sh batching      # experts and small_decoders batched, vs jax.jit and hand
 #   bench/gpu_session.sh iterations    # the cases 48 saturation iterations change, at 12 and at 48
 #   bench/gpu_session.sh thunkycost    # a thunky call's cost per input and per view, jax 0.12
 #   bench/gpu_session.sh pick          # auto's thunky pick taken apart (bench/thunky_pick_h200.py:
@@ -110,8 +110,9 @@ case "${1:-}" in
       all "${STAMP:-c}" "${@:2}"
     ;;
   batching)
-    # experts_equal and experts_packed rewritten with 12 and 48 iterations, concat_chains off and
-    # on, schedule="xla" (bench/batching_h200.py; bench/README.md, "A win jaxrw leaves"), jax 0.12
+    # experts_equal, experts_packed and small_decoders rewritten at the default 12 iterations (more
+    # with --iterations 12 48), concat_chains off and on, schedule="xla" (bench/batching_h200.py;
+    # bench/README.md, "A win jaxrw leaves"), jax 0.12
     export PYTHONPATH=/tmp/site12:$base_path
     for dtype in ${DTYPES:-bfloat16 float32}; do
       python3 bench/batching_h200.py --dtype "$dtype" --json "$OUT/h200-${STAMP:-bt}-batching-$dtype.json" "${@:2}"
