@@ -14,6 +14,7 @@
 #                                      # XLA's autotuning (bench/compile_variance_h200.py), jax 0.12
 #   bench/gpu_session.sh transpose     # the cases Profile.transpose_folded decides, with it off and on
 #   bench/gpu_session.sh chains        # the cases Profile.concat_chains decides, with it off and on
+#   bench/gpu_session.sh fusedshare    # the cases Profile.fused_share=0.1 decides, at 0.5 and 0.1
 #   bench/gpu_session.sh batching      # experts and small_decoders batched, vs jax.jit and hand
 #   bench/gpu_session.sh iterations    # the cases 48 saturation iterations change, at 12 and at 48
 #   bench/gpu_session.sh thunkycost    # a thunky call's cost per input and per view, jax 0.12
@@ -32,7 +33,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 base_path="/tmp/site:$PWD"
 # profile_ab FIELD=VALUE CASES SUITE STAMP [ARGS]: CASES under the built-in h200 profile and under
-# one with the boolean Profile.FIELD set to VALUE (True or False; saved to a fresh cache directory,
+# one with Profile.FIELD set to VALUE (True, False or a number; saved to a fresh cache directory,
 # which jaxrw then loads). PROFILES="builtin" or "FIELD=VALUE" runs one half.
 profile_ab() {
   local setting=$1 cases=$2 suite=$3 stamp=$4
@@ -109,6 +110,13 @@ case "${1:-}" in
       experts_equal,experts_packed,llama288,multibranch_cell,nasrnn_args,small_decoders,stacked_matvec_16 \
       all "${STAMP:-c}" "${@:2}"
     ;;
+  fusedshare)
+    # Profile.fused_share 0.5 (built-in) against 0.1: the four decisions it changes on this
+    # project's CPU (ew_factor, gpt_train_step; bench/README.md, "A win jaxrw leaves") and a few it
+    # should leave, both dtypes. PROFILES="builtin" or "fused_share=0.1" runs one half.
+    profile_ab fused_share=0.1 ew_factor,gpt_train_step,llama288,nasrnn_args,experts_equal \
+      all "${STAMP:-fs}" "${@:2}"
+    ;;
   batching)
     # experts_equal, experts_packed and small_decoders rewritten at the default 12 iterations (more
     # with --iterations 12 48), concat_chains off and on, schedule="xla" (bench/batching_h200.py;
@@ -143,5 +151,5 @@ case "${1:-}" in
     done
     python3 -m pytest -q -p no:cacheprovider tests/schedule -m gpu
     ;;
-  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose | chains | batching | iterations | thunkycost | pick" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu_session.sh install DIR | bench | schedule | costcheck | focus | modes | variance | transpose | chains | fusedshare | batching | iterations | thunkycost | pick" >&2; exit 2 ;;
 esac

@@ -75,8 +75,6 @@ HOISTABLE = frozenset({"concat", "transpose", "slice", "dot", "add", "sub", "mul
 RELAYOUTS = frozenset({"broadcast_in_dim", "reshape", "squeeze"})
 SLICING = frozenset({"slice", "dynamic_slice", "squeeze", "reshape"})
 COPYING_SLICES = frozenset({"slice", "slice_nd", "dynamic_slice"})  # not bitcasts: they copy
-# Fraction of the output bytes an op inside a fusion still costs (its share of the fused kernel).
-FUSED_SHARE = 0.5
 
 
 @runtime_checkable
@@ -153,7 +151,7 @@ class Roofline:
     def fused_time(self, node: Node, view: EGraphView, reads: float) -> float:
         """A fused op's share of its kernel: a share of its output, and `reads` bytes read."""
         p = self.profile
-        moved = FUSED_SHARE * nbytes(view, node.eclass) + reads
+        moved = p.fused_share * nbytes(view, node.eclass) + reads
         return max(node_flops(node, view) / p.vector_flops, moved / p.bandwidth)
 
     def node_cost(self, node: Node, view: EGraphView) -> float:
@@ -198,7 +196,7 @@ class Roofline:
             # out part of a product's buffer, nor fold a slice into the GEMM as it does a scale or
             # an added matrix): a launch, and the whole slice written
             if name in COPYING_SLICES and node.eclass in view.output_set:
-                return fused + (1 - FUSED_SHARE) * out_b / p.bandwidth + p.launch_s
+                return fused + (1 - p.fused_share) * out_b / p.bandwidth + p.launch_s
             return fused
         if p.concat_chains and node.op == "concat" and _chains(view, node):
             # a link of a same-axis chain: decode emits the chain as one n-ary concatenate, so a

@@ -417,9 +417,10 @@ def _price(prog: Program, op: Op, p: Profile) -> None:
         op.busy = min(1.0, eff * max(1.0, batch / 8))
         return
     if op.name in ELEMENTWISE:
-        # fused: its own output once, plus operands that come from outside any fusion
+        # fused: a share of its own output (Profile.fused_share), plus operands read from outside
+        # any fusion
         reads = sum(prog.nbytes(a) for a in ins if not _fused_value(prog, a))
-        op.nbytes = 0.5 * out_b + reads
+        op.nbytes = p.fused_share * out_b + reads
         op.time_s = max(out_elems / p.vector_flops, op.nbytes / p.bandwidth)
         users = [prog.ops[u] for o in op.outs for u in prog.users.get(o, [])]
         op.kernels = 0 if users and all(u.name in ELEMENTWISE and not u.free for u in users) else 1

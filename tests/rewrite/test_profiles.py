@@ -60,3 +60,18 @@ def test_transpose_folded_is_measured_saved_and_loaded(tmp_path):
     del data["transpose_folded"]
     path.write_text(json.dumps(data))
     assert profiles.load_profile(path).transpose_folded is False
+
+
+def test_fused_share_is_saved_loaded_and_bounded(tmp_path):
+    # the profile field gpu_session.sh's A/B sets (bench/README.md, "A win jaxrw leaves")
+    import dataclasses
+
+    path = profiles.save_profile(dataclasses.replace(profiles.H200, fused_share=0.1), tmp_path / "p.json")
+    assert profiles.load_profile(path).fused_share == 0.1
+    data = json.loads(path.read_text())
+    del data["fused_share"]  # saved before the field existed
+    path.write_text(json.dumps(data))
+    assert profiles.load_profile(path).fused_share == profiles.Profile.fused_share
+    path.write_text(json.dumps(data | {"fused_share": 1.5}))
+    with pytest.warns(UserWarning, match="ignoring malformed profile"):
+        assert profiles.load_profile(path) is None
