@@ -102,6 +102,11 @@ def op_name(node: Node) -> str:
     return node.attrs[0] if node.op in ("op", "unary", "binary") else node.op
 
 
+def is_fused(node: Node) -> bool:
+    """Whether XLA fuses the node into its neighbours (FUSIBLE by constructor or primitive name)."""
+    return node.op in FUSIBLE or op_name(node) in FUSIBLE
+
+
 def dot_dims(node: Node, view: EGraphView) -> tuple[int, int, int, int]:
     """(batch, m, n, k) of a typed dot node."""
     a, b = node.children
@@ -184,7 +189,7 @@ class Roofline:
             # consumer pays the read. Priced as a kernel of its own, `x @ W.T` with a 32000x4096
             # W was predicted 1.34x slower than its rewrite, and ran at parity (H200, llama4096)
             return 0.0
-        if node.op in FUSIBLE or name in FUSIBLE:
+        if is_fused(node):
             # Inside a fusion: a share of its own output plus reads of operands that come from
             # outside any fusion (inputs, products, reductions).
             if name in SLICING:  # a slice reads only the part it keeps
@@ -263,7 +268,7 @@ def _fusible_class(view: EGraphView, eclass: str, transpose_folded: bool = False
 
 
 def _fused_op(view: EGraphView, node: Node, transpose_folded: bool) -> bool:
-    if node.op == "slice" or (node.op not in FUSIBLE and op_name(node) not in FUSIBLE):
+    if node.op == "slice" or not is_fused(node):
         return False
     return node.op != "transpose" or not transpose_folded or not _folded_transpose(view, node)
 

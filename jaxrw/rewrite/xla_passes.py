@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .cost import COPYING_SLICES, FUSIBLE, SLICING, CostModel, Roofline, dot_dims, nbytes, op_name
+from .cost import COPYING_SLICES, SLICING, CostModel, Roofline, dot_dims, is_fused, nbytes, op_name
 from .extract import dag_cost, reachable
 from .graph import EGraphView, Node, components
 
@@ -206,5 +206,4 @@ def shared_reads(
 
 def _fused(node: Node) -> bool:
     """An op priced inside a fused kernel with reads of its whole operands (not a slice)."""
-    name = op_name(node)
-    return (node.op in FUSIBLE or name in FUSIBLE) and name not in SLICING
+    return is_fused(node) and op_name(node) not in SLICING

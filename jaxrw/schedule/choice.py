@@ -100,11 +100,10 @@ def confirm_rewrite(
     """The program to schedule (`name`: the user's function's, for the logs): `original` where
     all three hold: auto can time here, the rewrite's predicted speedup is under CONFIRM_BELOW,
     and it did not measure REWRITE_MARGIN faster than `original` (twice, as auto's picks);
-    `report` then says so (not rewritten, with
-    the guard's note). Else `rewritten`. The program as written runs with no Python of jaxrw's,
-    so the rewrite pays the fast path's frame. Peak memory is not a condition, as it is not the
-    guard's (a schedule's is: for_program). If the timing fails, the rewrite stands (the guard's
-    prediction, as without a GPU)."""
+    `report` then says so (not rewritten, with the guard's note). Else `rewritten`. The program
+    as written runs with no Python of jaxrw's, so the rewrite pays the fast path's frame. Peak
+    memory is not a condition, as it is not the guard's (a schedule's is: for_program). If the
+    timing fails, the rewrite stands (the guard's prediction, as without a GPU)."""
     predicted = report.predicted_speedup
     if mode != "auto" or _untimed(mode, leaves) or predicted >= CONFIRM_BELOW:
         return rewritten
