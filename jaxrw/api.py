@@ -95,7 +95,7 @@ class Optimized:
     _hot_path_off: bool = _state(False)  # it met another signature: not used again
 
     def __post_init__(self):
-        if type(self).__dict__.get("_jit_class"):  # dataclasses.replace of one in state "jit"
+        if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
             self.__class__ = Optimized
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
         self._jitted = jax.jit(
@@ -153,7 +153,7 @@ class Optimized:
             try:
                 out = self._hot_path(self, args, kwargs)
             except NotHot:
-                self._hot_path, self._hot_path_off = None, True
+                self._set_hot_path(None, off=True)
             else:
                 if out is not MISS:
                     return out
@@ -205,7 +205,7 @@ class Optimized:
             if not self._hot_path_off and not compat.is_tracer(leaves[entry.call.slow[0]]):
                 entry.hot = entry.hot or HotPath(self, entry, key, args, kwargs)
                 entry.hot.refresh(args, kwargs)
-                self._hot_path = entry.hot
+                self._set_hot_path(entry.hot)
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not any(compat.is_tracer(x) for x in leaves):
             self._verify(result, args, kwargs)
@@ -278,7 +278,7 @@ class Optimized:
         (1-7 µs a call on the H200 host). `_inline` sends unknown signatures back (`_leave_jit`)."""
         self._fast_mode, self._fast_state = "xla", "jit"
         self._fast = self._new_fast()
-        slot = {"__call__": staticmethod(self._fast), "_jit_class": True}
+        slot = {"__call__": staticmethod(self._fast), "_call_class": True}
         self.__class__ = type("Optimized", (Optimized,), slot)
 
     def _leave_jit(self) -> None:
@@ -303,11 +303,22 @@ class Optimized:
         self._adopt_mode(entry)
         python = any(_needs_python(e, self._fast_mode) for e in self._cache.values())
         if self._fast_state == "off" and self._fast_path() and not python:
-            self._fast_state, self._hot_path = "on", None
+            self._fast_state = "on"
+            self._set_hot_path(None)
             self._hot.clear()
         if self._fast_state == "on" and self._all_original():
             self._enter_jit()  # no signature left whose program is not jax.jit's
         return out
+
+    def _set_hot_path(self, hot: HotPath | None, off: bool | None = None) -> None:
+        """The hoisted signature's quick path from now on (None: none), and the instance's class: one
+        whose `__call__` is that path's check where it has one (`HotPath.call_class`), else ours."""
+        self._hot_path = hot
+        if off is not None:
+            self._hot_path_off = off
+        if self._fast_state != "jit":  # that state's class is its own (`_enter_jit`)
+            cls = hot.call_class(Optimized) if hot is not None and self._fast_state == "off" else None
+            self.__class__ = cls or Optimized
 
     def _adopt_mode(self, entry: Entry) -> bool:
         """Whether the fast path's jit now runs `entry`'s program under its XLA mode (recompiled
@@ -382,7 +393,7 @@ class Optimized:
         self._cache.clear()
         self._unbuilt.clear()
         self._hot.clear()
-        self._hot_path, self._hot_path_off = None, False
+        self._set_hot_path(None, off=False)
         self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
         if self._fast_state == "jit":
             self._leave_jit()  # every signature is built again, through the fast path (a new `_fast`)
@@ -426,20 +437,13 @@ class Optimized:
         specs = [spec(x) for x in leaves]
         t0 = time.perf_counter()
         closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*specs)
-        log.debug(
-            "trace %s #%d: %d inputs in %.1f ms",
-            _name(self.fn),
-            self.traces,
-            len(specs),
-            (time.perf_counter() - t0) * 1e3,
-        )
+        took_ms = (time.perf_counter() - t0) * 1e3
+        log.debug("trace %s #%d: %d inputs in %.1f ms", _name(self.fn), self.traces, len(specs), took_ms)
         out_tree = jax.tree_util.tree_structure(out_shape)
         try:
-            profile = (
-                self.profile
-                if isinstance(self.profile, Profile)
-                else (get_profile(self.profile) if self.profile else default_profile(compat.device_kind()))
-            )
+            profile = self.profile if isinstance(self.profile, Profile) else None
+            if profile is None:
+                profile = get_profile(self.profile) if self.profile else default_profile(compat.device_kind())
             owners = leaf_owners(in_tree, kwargs, self.static_argnums, self.static_argnames)
             slow = self._slow_leaves(owners, leaves)
             tune = self.autotune and not any(compat.is_tracer(x) for x in leaves)

@@ -441,33 +441,39 @@ def _rebuilt(tree, change):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=_trees(st.integers(0, 9).map(_leaf)), replace=st.integers(-1, 11), seed=st.integers(0, 3))
 def test_unchanged_means_flattening_would_give_the_same_leaves(tree, replace, seed):
-    from jaxrw.hoist import snapshot, unchanged
+    from jaxrw.hoist import checker, snapshot
 
     snap = snapshot(tree)
     assert snap is not None  # plain containers of jax arrays are always snapshotted
+    unchanged = checker(snap)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     same = _rebuilt(tree, lambda i, x: x)  # new containers, the same arrays: still unchanged
-    assert unchanged(same, snap)
+    assert unchanged(same)
     other = _rebuilt(tree, lambda i, x: _leaf(seed) if i == replace else x)  # one array replaced
     now, now_def = jax.tree_util.tree_flatten(other)
-    if unchanged(other, snap):
+    if unchanged(other):
         assert now_def == treedef and all(a is b for a, b in zip(now, leaves, strict=True))
     else:
         assert 0 <= replace < len(leaves)
 
 
 def test_unchanged_notices_changed_containers_and_refuses_other_nodes():
-    from jaxrw.hoist import snapshot, unchanged
+    from jaxrw.hoist import checker, snapshot
 
     a, b = _leaf(1), _leaf(2)
-    snap = snapshot({"p": [a, {"q": b}], "r": (a,)})
-    assert unchanged({"p": [a, {"q": b}], "r": (a,)}, snap)
-    assert not unchanged({"p": [a, {"q": a}], "r": (a,)}, snap)  # a leaf replaced deep inside
-    assert not unchanged({"p": [a, {"s": b}], "r": (a,)}, snap)  # a key renamed
-    assert not unchanged({"r": (a,), "p": [a, {"q": b}]}, snap)  # another key order: checked again
-    assert not unchanged({"p": (a, {"q": b}), "r": (a,)}, snap)  # a list became a tuple
-    assert not unchanged({"p": [a, {"q": b}], "r": (a, b)}, snap)  # a leaf added
-    assert not unchanged({"p": [a, {"q": b}]}, snap)
+    unchanged = checker(snapshot({"p": [a, {"q": b}], "r": (a,)}))
+    assert unchanged({"p": [a, {"q": b}], "r": (a,)})
+    assert not unchanged({"p": [a, {"q": a}], "r": (a,)})  # a leaf replaced deep inside
+    assert not unchanged({"p": [a, {"s": b}], "r": (a,)})  # a key renamed
+    assert not unchanged({"r": (a,), "p": [a, {"q": b}]})  # another key order: checked again
+    assert not unchanged({"p": (a, {"q": b}), "r": (a,)})  # a list became a tuple
+    assert not unchanged({"p": [a, {"q": b}], "r": (a, b)})  # a leaf added
+    assert not unchanged({"p": [a, {"q": b}]})
+    assert not unchanged({"p": [a, {"q": b}, a], "r": (a,)})  # a list longer than it was
+    assert not unchanged({"p": [a], "r": (a,)})  # or shorter
+    assert not unchanged({"p": [b, {"q": a}], "r": (a,)})  # the same leaves in other places
+    assert not unchanged({"p": [None, {"q": b}], "r": (a,)})  # a leaf became None
+    assert not unchanged(type("D", (dict,), {})({"p": [a, {"q": b}], "r": (a,)}))  # a dict subclass
     # numpy arrays (mutable in place), Python scalars, other keys and pytree classes: flattened
     assert snapshot({"w": np.ones(2)}) is None and snapshot([1.0]) is None and snapshot({1: a}) is None
     assert snapshot(jax.tree_util.Partial(jnp.add, a)) is None
@@ -486,7 +492,7 @@ def test_the_hot_path_with_nested_parameters_follows_in_place_dict_changes():
     for i in range(3):
         np.testing.assert_allclose(opt(p, x + i), g(p, x + i), rtol=1e-4, atol=1e-5)
     hot = opt._hot_path
-    assert hot is not None and hot.snapshot is not None and len(hot.passed) == 1  # bias, read by main
+    assert hot is not None and hot.same_hoisted is not None and len(hot.passed) == 1  # bias, read by main
     p["layers"][0]["A"] = p["layers"][0]["A"] * 2.0  # in place: the same dicts, a new array
     for _ in range(2):
         np.testing.assert_allclose(opt(p, x), g(p, x), rtol=1e-4, atol=1e-5)
@@ -501,7 +507,7 @@ def test_the_quick_check_of_the_parameters_alone_first():
     for i in range(3):
         np.testing.assert_allclose(opt(p, x + i), f(p, x + i), rtol=1e-4, atol=1e-5)
     hot, call = opt._hot_path, next(iter(opt._cache.values())).call
-    assert hot is not None and hot.lead is not None and call.prologue_runs == 1
+    assert hot is not None and hot.same_lead is not None and call.prologue_runs == 1
     # another dict holding the very same arrays: the same prologue inputs, nothing recomputed
     np.testing.assert_allclose(opt(dict(p), x), f(p, x), rtol=1e-4, atol=1e-5)
     assert call.prologue_runs == 1
@@ -522,7 +528,7 @@ def test_the_quick_check_is_off_where_the_parameters_are_not_first():
     p, x = _params(99), _x(100)
     for i in range(3):
         np.testing.assert_allclose(opt(x + i, p), g(x + i, p), rtol=1e-4, atol=1e-5)
-    assert opt._hot_path is not None and opt._hot_path.lead is None
+    assert opt._hot_path is not None and opt._hot_path.same_lead is None
     q = {**p, "A": p["A"] + 1.0}
     for _ in range(2):
         np.testing.assert_allclose(opt(x, q), g(x, q), rtol=1e-4, atol=1e-5)
@@ -537,7 +543,7 @@ def test_the_quick_check_is_off_where_the_parameters_are_not_first():
     rekey=st.booleans(),
 )
 def test_two_level_parameters_unchanged_means_the_same_leaves(outer, inner, shape, replace, rekey):
-    from jaxrw.hoist import snapshot, unchanged
+    from jaxrw.hoist import checker, snapshot
 
     count = iter(range(100))
     keys = "pqr"  # dict children share their keys
@@ -556,15 +562,15 @@ def test_two_level_parameters_unchanged_means_the_same_leaves(outer, inner, shap
         if outer == "list"
         else tuple(kids)
     )
-    snap = snapshot(tree)
-    assert unchanged(_rebuilt(tree, lambda i, x: x), snap)
+    unchanged = checker(snapshot(tree))
+    assert unchanged(_rebuilt(tree, lambda i, x: x))
     other = _rebuilt(tree, lambda i, x: _leaf(50) if i == replace else x)
     if rekey and inner == "dict":  # the first child's first key renamed, the same arrays
         first = next(iter(other.values())) if outer == "dict" else other[0]
         first["z"] = first.pop("p")
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     now, now_def = jax.tree_util.tree_flatten(other)
-    if unchanged(other, snap):
+    if unchanged(other):
         assert now_def == treedef and all(a is b for a, b in zip(now, leaves, strict=True))
     else:
         assert 0 <= replace < len(leaves) or (rekey and inner == "dict")

@@ -1,0 +1,120 @@
+"""The quickest hoisted call: while one hoisted signature is served from its cache, the instance's
+class is one whose `__call__` checks the parameters and runs the main program in one Python frame
+(`HotPath.call_class`); every other call goes through `Optimized.__call__` as before."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxrw
+from jaxrw.api import Optimized
+
+
+def _params(seed, d=32):
+    rng = np.random.default_rng(seed)
+    w = [jnp.asarray(rng.standard_normal((d, d)).astype(np.float32) / 6) for _ in range(3)]
+    return {"w": w, "u": [jnp.asarray(rng.standard_normal((d, d)).astype(np.float32) / 6)]}
+
+
+def _x(seed, n=4, d=32):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32))
+
+
+def cell(params, x):
+    # three products of one input (merged on weights concatenated in the prologue) and a fourth
+    h = sum(jnp.tanh(x @ w) for w in params["w"])
+    return h @ params["u"][0]
+
+
+def _close(a, b):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def _served(opt) -> bool:
+    """Whether the instance's class is a quick call's (not Optimized itself nor state "jit"'s)."""
+    return getattr(type(opt).__dict__.get("__call__"), "__name__", "") == "hot_call"
+
+
+def _hoisted_opt():
+    opt = jaxrw.optimize(cell, hoist_argnums=0)
+    p, x = _params(0), _x(1)
+    for i in range(2):
+        _close(opt(p, x + i), cell(p, x + i))
+    return opt, p, x
+
+
+def test_cached_calls_take_the_class_call_and_match_jax_jit():
+    opt, p, x = _hoisted_opt()
+    assert _served(opt) and isinstance(opt, Optimized)
+    (entry,) = opt._cache.values()
+    h = entry.call
+    runs = h.prologue_runs
+    for i in range(4):
+        _close(opt(p, x * i), jax.jit(cell)(p, x * i))
+    # a new dict of the very same lists' arrays: the same prologue inputs, nothing recomputed
+    _close(opt({"w": list(p["w"]), "u": list(p["u"])}, x), cell(p, x))
+    assert h.prologue_runs == runs and h.seen is h.ids
+
+
+def test_changed_parameters_leave_the_class_call_and_come_back_after_the_prologue():
+    opt, p, x = _hoisted_opt()
+    (entry,) = opt._cache.values()
+    h = entry.call
+    p["w"][1] = p["w"][1] * 2.0  # in place: the same dict and list, one new array
+    for _ in range(2):  # new arrays twice in a row: the prologue reruns for them
+        _close(opt(p, x), cell(p, x))
+    assert h.prologue_runs == 2 and _served(opt)
+    _close(opt(p, x + 1.0), cell(p, x + 1.0))
+    q = {"w": p["w"][:2], "u": p["u"]}  # a shorter list: another signature, built and right
+    _close(opt(q, x), cell(q, x))
+
+
+def test_other_shapes_turn_the_class_call_off():
+    opt, p, x = _hoisted_opt()
+    big = _x(2, n=9)
+    _close(opt(p, big), cell(p, big))  # the quick call's jit meets another shape: off for good
+    assert not _served(opt) and opt._hot_path is None and opt._hot_path_off
+    for y in (x, big, x):
+        _close(opt(p, y), cell(p, y))
+    opt.clear_cache()
+    assert type(opt) is Optimized and not opt._hot_path_off
+
+
+def test_traced_calls_go_through_the_full_path():
+    opt, p, x = _hoisted_opt()
+    # parameters closed over, the input traced: the quick call runs its jit inside this trace
+    _close(jax.jit(lambda y: opt(p, y))(x), cell(p, x))
+    # the parameters traced (a gradient with respect to them): the prologue is traced through
+    loss = lambda q: jnp.sum(opt(q, x) ** 2)  # noqa: E731
+    want = jax.grad(lambda q: jnp.sum(cell(q, x) ** 2))(p)
+    got = jax.tree_util.tree_leaves(jax.grad(loss)(p))
+    for g, w in zip(got, jax.tree_util.tree_leaves(want), strict=True):
+        _close(g, w)
+    assert _served(opt)  # still serving the cached parameters
+    _close(opt(p, x), cell(p, x))
+
+
+def test_dropped_parameters_are_not_kept_alive_by_the_class_call():
+    opt, p, x = _hoisted_opt()
+    (entry,) = opt._cache.values()
+    refs = list(entry.call._refs)
+    del p
+    gc.collect()
+    assert all(r() is None for r in refs) and entry.call.values is None
+    p2 = _params(5)
+    for _ in range(3):
+        _close(opt(p2, x), cell(p2, x))
+    assert entry.call.prologue_runs == 2 and _served(opt)
+
+
+def test_a_copy_made_by_dataclasses_replace_is_a_plain_optimized():
+    opt, p, x = _hoisted_opt()
+    twin = dataclasses.replace(opt, verify=True)
+    assert type(twin) is Optimized
+    _close(twin(p, x), cell(p, x))
+    assert _served(opt)
