@@ -345,7 +345,10 @@ def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float | None = 
         start.note = f"{len(nids)} nodes > ILP limit {ILP_MAX_NODES}: greedy used"
         return start
     t0 = time.perf_counter()
-    h = highspy.Highs()
+    # highspy's Highs() (1.16) enables its callbacks in __init__, which prints HiGHS's banner to
+    # stdout before output_flag can be set (ERGO-Code/HiGHS#2749); the core class it wraps does
+    # not, and has every method used here
+    h = getattr(getattr(highspy, "_core", None), "_Highs", highspy.Highs)()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("mip_rel_gap", ILP_GAP)
     inf = highspy.kHighsInf
