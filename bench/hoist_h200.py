@@ -60,6 +60,7 @@ def _without_dispatch(rw):
     stub = copy.copy(rw)
     hot = stub._hot_path = copy.copy(rw._hot_path)
     hot.call = lambda *a, **k: None
+    stub._set_hot_path(hot)  # its class's call captures the jit it is given
     return stub
 
 
