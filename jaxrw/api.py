@@ -22,7 +22,7 @@ import jax
 
 from . import compat
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError
-from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker
+from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker, slow_leaves
 from .options import checked_options
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
@@ -445,7 +445,7 @@ class Optimized:
             if profile is None:
                 profile = get_profile(self.profile) if self.profile else default_profile(compat.device_kind())
             owners = leaf_owners(in_tree, kwargs, self.static_argnums, self.static_argnames)
-            slow = self._slow_leaves(owners, leaves)
+            slow = slow_leaves(self, owners, leaves)
             tune = self.autotune and not any(compat.is_tracer(x) for x in leaves)
             result = rewrite_jaxpr(
                 closed,
@@ -516,19 +516,6 @@ class Optimized:
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
             return Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
         return Entry(call, out_tree, report, trace=kept)
-
-    def _slow_leaves(self, owners: list[int | str], leaves: list) -> frozenset[int]:
-        """Leaves of hoisted arguments: jax arrays only (immutable, so identity is a sound cache
-        key), never donated ones."""
-        if not (self.hoist_argnums or self.hoist_argnames):
-            return frozenset()
-        return frozenset(
-            i
-            for i, (o, x) in enumerate(zip(owners, leaves, strict=True))
-            if (o in self.hoist_argnums or o in self.hoist_argnames)
-            and o not in self.donate_argnums
-            and (isinstance(x, jax.Array) or compat.is_tracer(x))
-        )
 
     def _verify(self, result: Any, args: tuple, kwargs: dict) -> None:
         want = self._jitted(*args, **kwargs)

@@ -20,7 +20,17 @@ from . import compat
 from .schedule.xla_modes import is_nested_options_error, tuned_jit, without_frame
 from .signature import leaf_key, leaf_owners  # the signature key optimize uses
 
-__all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "HANDOFF_AFTER", "picker", "bind", "handoff_schedule"]
+__all__ = [
+    "HoistedCall",
+    "HotPath",
+    "NotHot",
+    "MISS",
+    "HANDOFF_AFTER",
+    "picker",
+    "bind",
+    "handoff_schedule",
+    "slow_leaves",
+]
 
 
 def picker(idx: tuple[int, ...]) -> Any:
@@ -371,6 +381,17 @@ class HotPath:
             return slow_call(opt, *args, **kwargs)
 
         return type(base.__name__, (base,), {"__call__": hot_call, "_call_class": True})
+
+
+def slow_leaves(opt: Any, owners: list[int | str], leaves: list) -> frozenset[int]:
+    """Positions of the leaves of `opt`'s hoisted arguments (`owners`: each leaf's argument): jax
+    arrays only (immutable, so identity is a sound cache key), never donated ones."""
+    hoisted = set(opt.hoist_argnums) | set(opt.hoist_argnames)
+    return frozenset(
+        i
+        for i, (o, x) in enumerate(zip(owners, leaves, strict=True))
+        if o in hoisted and o not in opt.donate_argnums and (isinstance(x, jax.Array) or compat.is_tracer(x))
+    )
 
 
 def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
