@@ -351,13 +351,15 @@ class HotPath:
             return self.nested(values, passed, *fast, **fast_kw)
 
     def call_class(self, base: type) -> type | None:
-        """A subclass of `base` (Optimized) whose `__call__` is the quick check of `__call__` above
-        in one Python frame, for `Optimized` to take as its class while this path serves it; any
-        other call goes to `base.__call__`. None where the quick check does not apply.
+        """A subclass of `base` (Optimized) whose `__call__` checks the lone first hoisted argument
+        (`same_lead`) and calls the main program's jit, in one Python frame, for `Optimized` to take
+        as its class while this path serves it; any other call goes to `base.__call__`. None where
+        that check does not apply (another layout: `__call__` above serves it).
 
         On the H200's host every Python frame shows: the direct hoisted call of nasrnn_args_hoist
-        ran 103 µs against 73 µs bound (j2), while this project's CPU measured its whole Python
-        cost at 2.4 µs; this frame's is 1.4 µs, mostly the identity check of the 16 leaves."""
+        ran 103 µs against 73 µs bound (j2); with this frame the gap was 12 µs on a faster host
+        (k6: 31 µs in e5). On this project's CPU its Python is 1.7 µs against 2.5 µs before,
+        mostly the identity check of the 16 leaves (bench/hot_call_cpu.py)."""
         h, token, same_lead, call, nested = self.h, self.h_ids, self.same_lead, self.call, self.nested
         if same_lead is None or token is None:
             return None
