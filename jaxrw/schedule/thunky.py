@@ -376,7 +376,7 @@ def select(
     )
     kept = plain if choice == "xla" else final[choice]()
     if choice == "thunky-wide":  # a thunky program like any other from here on
-        choice, why = "thunky", f"{why} on {kept.plan.streams} streams (the planner's {plan.streams})"
+        choice, why = "thunky", f"on {kept.plan.streams} streams (the planner's {plan.streams}), {why}"
     return Selection(choice, kept, why)
 
 
@@ -461,8 +461,9 @@ def _measured(
     launch: float | None,
     **kw: Any,
 ) -> tuple[str, str]:
-    """(the candidate measured fastest against jax.jit(fn), else "xla"; why), XLA's modes bounded
-    by the kernel-launch time `launch` (seconds a call, or None where no plan gives it)."""
+    """(the candidate measured fastest against jax.jit(fn), else "xla"; why: what each candidate
+    measured, or the pick's speedup and its peak memory against XLA's where known), XLA's modes
+    bounded by the kernel-launch time `launch` (seconds a call, or None where no plan gives it)."""
     notes: list[str] = []
     picked = pick_fastest(
         jax.jit(fn),
@@ -477,7 +478,8 @@ def _measured(
     )
     if picked is None:
         return "xla", f"measured no gain ({', '.join(notes)})"
-    return picked[0], f"measured {picked[1]:.2f}x"
+    peak = [n for n in notes if n.startswith("peak memory")]
+    return picked[0], ", ".join([f"measured {picked[1]:.2f}x", *peak])
 
 
 def _name(fn: Callable) -> str:
