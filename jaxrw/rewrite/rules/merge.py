@@ -135,12 +135,17 @@ _reg(
 # --- concatenations of dots ----------------------------------------------------------------------
 
 
-CONCAT_CHUNK = 4  # a chain of concatenated dots merges up to this many links per iteration
+# a chain of concatenated dots merges up to this many links per iteration. 3, not 4: the 4-link
+# windows added nothing the 2- and 3-link ones do not reach (the same e-graph, and the same 98
+# decisions and predictions of the bench cases, bench/results/cpu-2026-12-05-concat-chunk-*.json)
+# while NasRNN's saturation spent 2.6x the time matching them; 2 links leave stacked_matvec_16's
+# 16-dot chain unmerged in 12 iterations
+CONCAT_CHUNK = 3
 
 
 def _concat_dots():
     # [A@B | A@C | ..] -> A@[B|C|..]  (along B's free axis);  [B@A ; C@A ; ..] -> [B;C;..]@A
-    # (left-nested chains of 2..4 links at once, so long chains merge in few iterations)
+    # (left-nested chains of 2..CONCAT_CHUNK links at once, so long chains merge in few iterations)
     bs = list(vars_(" ".join(f"b{i}" for i in range(CONCAT_CHUNK)), Tensor))
     out = []
     for left in (True, False):
