@@ -89,6 +89,36 @@ def test_xla_modes_are_not_compiled_for_a_program_slow_to_compile(monkeypatch):
     assert compiled and re.fullmatch(r"xla-graphs \d+\.\d\dx", notes[0])  # timed: "xla-graphs 1.01x"
 
 
+def test_a_second_jit_of_a_program_slow_to_compile_is_not_taken_for_a_quick_one(monkeypatch):
+    # confirm_rewrite compiles the program auto schedules next: a second jax.jit of the same
+    # function shares that executable, so its first call is quick; the first one's time counts
+    import time as clock
+
+    x = jnp.ones((8,), jnp.float32)
+    compiled = []
+
+    def program(x):
+        clock.sleep(0.3)  # while tracing, as a long compilation would take
+        return x * 3.0
+
+    def mode(x):
+        compiled.append(1)
+        return x * 3.0
+
+    specs = [jax.ShapeDtypeStruct((8,), jnp.float32)]
+    kw = {"launch_s": 1.0, "launch_bound": ("xla-graphs",), "inputs": [x]}
+    monkeypatch.setattr(timing, "COMPILE_LIMIT_S", 0.2)
+    timing.pick_fastest(
+        jax.jit(lambda x: x + 1.0), {"rewrite": jax.jit(program)}, specs, "f", memory_slack=None
+    )
+    notes: list[str] = []
+    picked = timing.pick_fastest(
+        jax.jit(program), {"xla-graphs": jax.jit(mode)}, specs, "f", notes=notes, **kw
+    )
+    assert picked is None and compiled == [] and notes[0].startswith("compiling took 0.3")
+    assert timing.first_call_s(jax.jit(lambda x: x), 0.01) == 0.01  # a new function: its own time
+
+
 def _rounds(monkeypatch, samples: dict[str, list[float]]) -> None:
     """pick_fastest's interleaved samples, per round, as given (by variant name)."""
     from jaxrw.rewrite.measure import Timing
