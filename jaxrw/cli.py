@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--case",
         metavar="PATTERN",
         default=None,
-        help="only cases whose name matches this glob or substring (comma-separated list allowed)",
+        help="only the case of this name, or those matching this glob or substring (a comma-separated list)",
     )
     b.add_argument("--size", choices=SIZE_CHOICES, default="small", help="small (CPU) or large (GPU) inputs")
     b.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32")

@@ -97,7 +97,8 @@ def load_suites() -> None:
 
 def select(suite: str = "all", pattern: str | None = None) -> list[Case]:
     """Cases of `suite` ('all', one suite or a comma-separated list, run in that order) whose name
-    matches the glob or substring `pattern` (or any of a comma-separated list)."""
+    matches the glob or substring `pattern` (or any of a comma-separated list). A pattern that is
+    a case's whole name selects that case alone: `--case llama288` is not also llama288_hoist."""
     load_suites()
     names = [s.strip() for s in suite.split(",") if s.strip()] or ["all"]
     for s in names:
@@ -108,7 +109,10 @@ def select(suite: str = "all", pattern: str | None = None) -> list[Case]:
     if pattern:
         pats = [p.strip() for p in pattern.split(",") if p.strip()]
         valid = sorted(c.name for c in cases)
-        cases = [c for c in cases if any(fnmatch.fnmatch(c.name, p) or p in c.name for p in pats)]
+        names = {c.name for c in cases}
+        loose = [p for p in pats if p not in names]  # globs and substrings
+        loosely = lambda c: any(fnmatch.fnmatch(c.name, p) or p in c.name for p in loose)  # noqa: E731
+        cases = [c for c in cases if c.name in pats or loosely(c)]
         if not cases:
             raise InvalidOptionError(f"no case of suite {suite!r} matches {pattern!r}; valid: {valid!r}")
     return cases

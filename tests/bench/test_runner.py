@@ -90,6 +90,10 @@ def test_random_inputs_are_fresh_and_never_zero():
 def test_select_by_suite_and_pattern():
     assert {c.suite for c in select("merge")} == {"merge"}
     assert [c.name for c in select("all", "chain_mv")] == ["chain_mv"]
+    # a whole name selects that case alone; anything else matches as a glob or substring
+    assert [c.name for c in select("models", "llama288")] == ["llama288"]
+    assert {c.name for c in select("models", "llama288_")} == {"llama288_hoist", "llama288_const"}
+    assert {c.name for c in select("models", "nasrnn_args,llama4096")} == {"nasrnn_args", "llama4096"}
     assert {c.name for c in select("algebra", "chain*")} >= {"chain_mv", "chain4", "chain_rect", "chain_left"}
     with pytest.raises(InvalidOptionError, match=r"'nope'.*valid: \["):
         select("algebra", "nope")
