@@ -109,10 +109,9 @@ def select(suite: str = "all", pattern: str | None = None) -> list[Case]:
     if pattern:
         pats = [p.strip() for p in pattern.split(",") if p.strip()]
         valid = sorted(c.name for c in cases)
-        names = {c.name for c in cases}
-        loose = [p for p in pats if p not in names]  # globs and substrings
-        loosely = lambda c: any(fnmatch.fnmatch(c.name, p) or p in c.name for p in loose)  # noqa: E731
-        cases = [c for c in cases if c.name in pats or loosely(c)]
+        loose = [p for p in pats if p not in valid]  # globs and substrings; whole names match alone
+        matched = [c for c in cases if any(fnmatch.fnmatch(c.name, p) or p in c.name for p in loose)]
+        cases = [c for c in cases if c.name in pats or c in matched]
         if not cases:
             raise InvalidOptionError(f"no case of suite {suite!r} matches {pattern!r}; valid: {valid!r}")
     return cases
