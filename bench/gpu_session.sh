@@ -12,6 +12,9 @@
 #                                      # (bench/xla_options_h200.py), then jaxrw's hoisted calls
 #   bench/gpu_session.sh variance      # separate compilations of one program, with and without
 #                                      # XLA's autotuning (bench/compile_variance_h200.py), jax 0.12
+#   bench/gpu_session.sh aa            # the kept programs left unresolved against 0.98x: copies,
+#                                      # the same executable twice (A/A), jax.jit and optimize(),
+#                                      # 31 rounds, both dtypes; then with one autotune cache, jax 0.12
 #   bench/gpu_session.sh transpose     # the cases Profile.transpose_folded decides, with it off and on
 #   bench/gpu_session.sh chains        # the cases Profile.concat_chains decides, with it off and on
 #   bench/gpu_session.sh fusedshare    # the cases Profile.fused_share=0.1 decides, at 0.5 and 0.1
@@ -94,6 +97,17 @@ case "${1:-}" in
     XLA_FLAGS=--xla_gpu_autotune_level=0 python3 bench/compile_variance_h200.py --case $cases \
       --json "$OUT/h200-${STAMP:-v}-variance-bf16-noautotune.json"
     python3 bench/compile_variance_h200.py --case $cases --dtype float32 --json "$OUT/h200-${STAMP:-v}-variance-f32.json"
+    ;;
+  aa)
+    export PYTHONPATH=/tmp/site12:$base_path
+    cases=${CASES:-qkv_args_decode per_head_proj experts_mixed_64 experts_mixed_32 multibranch_cell}
+    for dtype in float32 bfloat16; do
+      python3 bench/compile_variance_h200.py --case $cases --dtype $dtype --copies 3 --repeats 31 \
+        --json "$OUT/h200-${STAMP:-aa}-aa-$dtype.json"
+    done
+    # every compilation after the first reads the first's GEMM autotuning from one cache directory
+    XLA_FLAGS=--xla_gpu_per_fusion_autotune_cache_dir=$(mktemp -d) python3 bench/compile_variance_h200.py \
+      --case $cases --dtype bfloat16 --copies 3 --repeats 31 --no-optimize --json "$OUT/h200-${STAMP:-aa}-aa-bfloat16-atcache.json"
     ;;
   transpose)
     # Profile.transpose_folded: the four cases whose float32 decision it changes with the h200
