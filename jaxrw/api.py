@@ -166,7 +166,7 @@ class Optimized:
             ids = tuple(map(id, h.pick_slow(leaves)))
             if ids == h.ids and h.values is not None:
                 if tuple(map(leaf_key, fast(leaves))) == fast_keys:
-                    h.seen = ids  # a cached call (HoistedCall.wants_direct counts from here)
+                    h.seen, h.streak = ids, 0
                     return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
             # new slow arrays, changing on every call: jax.jit's program (any shapes; under a trace
             # the full path below traces the hoisted program through instead)

@@ -101,7 +101,7 @@ class HoistedCall:
         if any(compat.is_tracer(x) for x in slow):
             return self.run(leaves, self.prologue(*slow), nested=True)
         ids = tuple(map(id, slow))
-        self.seen = ids
+        self.seen, self.streak = ids, 0
         values = self.values
         if values is None or ids != self.ids:
             values = self.prologue(*slow)
@@ -337,7 +337,7 @@ class HotPath:
                     return opt._run_direct(self.entry, args, kwargs)
                 return MISS
             passed = lay.pick_passed(slow)
-        h.seen = self.ids  # a cached call
+        h.seen, h.streak = self.ids, 0
         fast, fast_kw = lay.fast(args, kwargs)
         return self._run(h.values, passed, fast, fast_kw)
 
