@@ -86,8 +86,8 @@ class HoistedCall:
         seen, self.seen = self.seen, ids
         direct = self.prologue_runs > 0 and ids != seen
         self.direct_runs += direct
-        # in a row: counted again from 1 after a call on the cached arrays (seen == self.ids), as
-        # Optimized's quickest call records only `seen` (HotPath.call_class)
+        # in a row: every call on the cached arrays resets the streak (here, HotPath and
+        # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
         self.streak = (1 if seen == self.ids else self.streak + 1) if direct else 0
         return direct
 
@@ -370,7 +370,7 @@ class HotPath:
             # the slow arrays are still the cached ones (h.ids is replaced or cleared otherwise) and
             # args[0] holds them: every leaf alive, so the values belong to it
             if args and h.ids is token and same_lead(args[0]):
-                h.seen = token  # a cached call (HoistedCall.wants_direct counts from here)
+                h.seen, h.streak = token, 0  # a cached call: a run of new arrays starts again
                 passed = tuple(map(get, refs)) if refs else ()
                 try:
                     return call(h.values, passed, *args[1:], **kwargs)

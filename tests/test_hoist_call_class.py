@@ -118,3 +118,24 @@ def test_a_copy_made_by_dataclasses_replace_is_a_plain_optimized():
     assert type(twin) is Optimized
     _close(twin(p, x), cell(p, x))
     assert _served(opt)
+
+
+def test_a_cached_call_restarts_the_run_of_new_parameters_even_after_they_die():
+    # new parameters on a few calls, one call on the cached ones (the class call), then the cached
+    # ones dropped: the next new parameters start a run of one, not one more than before
+    from jaxrw.hoist import HANDOFF_AFTER
+
+    opt, p, x = _hoisted_opt()
+    (entry,) = opt._cache.values()
+    h = entry.call
+    for i in range(HANDOFF_AFTER - 2):
+        q = _params(10 + i)
+        _close(opt(q, x), cell(q, x))
+    assert h.streak == HANDOFF_AFTER - 2 and _served(opt)
+    _close(opt(p, x), cell(p, x))  # served by the class call
+    del p, q
+    gc.collect()
+    assert h.ids is None  # the cached parameters are gone
+    q = _params(99)
+    _close(opt(q, x), cell(q, x))
+    assert h.streak == 1 and not entry.handed_off
