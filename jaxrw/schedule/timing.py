@@ -321,10 +321,11 @@ def first_call_s(jitted: Any, seconds: float) -> float:
     """The longest first call seen of the function `jitted` is a jax.jit of, `seconds` included
     (recorded for later jits of it, which share its executable); `seconds` where it is no jit."""
     fn = getattr(jitted, "__wrapped__", None)
+    if fn is None:
+        return seconds
     try:
-        seconds = max(seconds, _FIRST_CALL_S.get(fn, 0.0)) if fn is not None else seconds
-        if fn is not None:
-            _FIRST_CALL_S[fn] = seconds
+        seconds = max(seconds, _FIRST_CALL_S.get(fn, 0.0))
+        _FIRST_CALL_S[fn] = seconds
     except TypeError:  # not weakly referenceable: nothing recorded
         pass
     return seconds
