@@ -1,4 +1,4 @@
-"""The batched-GEMM win jaxrw leaves (bench/README.md, "A win jaxrw leaves"), timed on a GPU.
+"""The batched-GEMM win jaxrw leaves (bench/HISTORY.md, "A win jaxrw leaves"), timed on a GPU.
 
     python bench/batching_h200.py [--case NAME ...] [--iterations 12 48] [--dtype bfloat16] [--json PATH]
 

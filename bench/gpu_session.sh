@@ -111,13 +111,13 @@ case "${1:-}" in
     ;;
   transpose)
     # Profile.transpose_folded: the four cases whose float32 decision it changes with the h200
-    # profile, under the built-in profile (off) and under one with it on (bench/README.md,
+    # profile, under the built-in profile (off) and under one with it on (bench/HISTORY.md,
     # twelfth lease), both dtypes. PROFILES="builtin" or "transpose_folded=True" runs one half (~4 min).
     profile_ab transpose_folded=True llama288,llama4096,llama4096_hoist,gpt_train_step models "${STAMP:-t}" "${@:2}"
     ;;
   chains)
     # Profile.concat_chains: the seven cases whose large-size decisions it changes with the h200
-    # profile (bench/README.md, sixteenth session), under the built-in profile (on since the
+    # profile (bench/HISTORY.md, sixteenth session), under the built-in profile (on since the
     # seventeenth lease) and with it off, both dtypes. PROFILES="builtin" or "concat_chains=False"
     # runs one half (~4 min).
     profile_ab concat_chains=False \
@@ -126,7 +126,7 @@ case "${1:-}" in
     ;;
   fusedshare)
     # Profile.fused_share 0.5 (built-in) against 0.1: the four decisions it changes on this
-    # project's CPU (ew_factor, gpt_train_step; bench/README.md, "A win jaxrw leaves") and a few it
+    # project's CPU (ew_factor, gpt_train_step; bench/HISTORY.md, "A win jaxrw leaves") and a few it
     # should leave, both dtypes. PROFILES="builtin" or "fused_share=0.1" runs one half.
     profile_ab fused_share=0.1 ew_factor,gpt_train_step,llama288,nasrnn_args,experts_equal \
       all "${STAMP:-fs}" "${@:2}"
@@ -134,7 +134,7 @@ case "${1:-}" in
   batching)
     # experts_equal, experts_packed and small_decoders rewritten at the default 12 iterations (more
     # with --iterations 12 48), concat_chains off and on, schedule="xla" (bench/batching_h200.py;
-    # bench/README.md, "A win jaxrw leaves"), jax 0.12
+    # bench/HISTORY.md, "A win jaxrw leaves"), jax 0.12
     export PYTHONPATH=/tmp/site12:$base_path
     for dtype in ${DTYPES:-bfloat16 float32}; do
       python3 bench/batching_h200.py --dtype "$dtype" --json "$OUT/h200-${STAMP:-bt}-batching-$dtype.json" "${@:2}"

@@ -2,7 +2,7 @@
 
     python bench/thunky_pick_h200.py --case experts_equal --dtype bfloat16 [--json PATH]
 
-Run g3 (bench/README.md) had `auto` pick thunky for merge/experts_equal in bfloat16, measured
+Run g3 (bench/HISTORY.md) had `auto` pick thunky for merge/experts_equal in bfloat16, measured
 1.10x over the rewritten program under XLA, while the benchmark then timed jaxrw at 0.85x of
 jax.jit. This optimizes the case as the benchmark does, then times side by side, interleaved:
 - `jax.jit`: the user's function; `jaxrw`: the optimized function, as the benchmark calls it;

@@ -6,7 +6,7 @@ For each case (large size): jax.jit of the case's function and of its hand-optim
 compiled with XLA's default options and with the command-buffer options below, timed per call
 (interleaved samples, medians), checked against the default program's output, with the number of
 kernels and command-buffer thunks in the compiled program. The decode steps of issue 10 are bound
-by the host's kernel launches (bench/README.md): a CUDA graph launches a whole sequence at once,
+by the host's kernel launches (bench/HISTORY.md): a CUDA graph launches a whole sequence at once,
 but XLA captures only runs of at least `xla_gpu_graph_min_graph_size` (5) capturable thunks.
 """
 

@@ -121,7 +121,7 @@ MISS = object()  # HotPath could not take the call: the full call path does
 
 # After this many calls in a row with new slow arrays (a training loop calling the function
 # outside jit), the signature runs jax.jit's program through jax's C++ dispatch (Optimized's
-# fast path): any Python per call costs 20-35 us on the H200 host measured (bench/README.md)
+# fast path): any Python per call costs 20-35 us on the H200 host measured (bench/HISTORY.md)
 HANDOFF_AFTER = 16
 
 

@@ -44,7 +44,7 @@ class Profile:
     # whether a transpose of an input or a product costs nothing: XLA folds it into the GEMM that
     # reads it (its operand layout) or the fused kernel that consumes it. `jaxrw calibrate`
     # measures it (x @ W.T against x @ W); off in the built-in profiles, whose decisions were
-    # validated on the H200 without it (bench/README.md, twelfth lease)
+    # validated on the H200 without it (bench/HISTORY.md, twelfth lease)
     transpose_folded: bool = False
     # whether a left-nested chain of same-axis concats is priced as decode emits it, one n-ary
     # concatenate (each link copies its right operand; one launch per chain) rather than link by
@@ -52,11 +52,11 @@ class Profile:
     # it changes, all ran at least 0.98x with it in both dtypes except multibranch_cell bf16 (0.98x,
     # [0.97, 0.99]; such a rewrite is now timed against the program as written first:
     # choice.confirm_rewrite); small_decoders ran 1.17-1.28x where it had been kept
-    # (bench/README.md, seventeenth lease)
+    # (bench/HISTORY.md, seventeenth lease)
     concat_chains: bool = True
     # the fraction of its output's bytes an elementwise op inside a fused kernel still costs (its
     # share of the kernel). At 0.1 on this project's CPU, the costcheck rescore stays as it is and
-    # ew_factor and gpt_train_step (both dtypes) are kept, as the H200 measured them (bench/README.md,
+    # ew_factor and gpt_train_step (both dtypes) are kept, as the H200 measured them (bench/HISTORY.md,
     # "A win jaxrw leaves"); not yet timed on the suite, so 0.5 stays
     fused_share: float = 0.5
     source: str = "built-in"

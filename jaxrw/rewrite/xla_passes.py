@@ -183,7 +183,7 @@ def shared_reads(
     """Seconds the chosen program's fused kernels save by reading an operand once for all their
     ops that use it. Node costs charge each fused op its own reads, so a*b + a*c read `a` twice,
     where XLA's one fused kernel reads it once: the rewrite a*(b + c) was predicted 1.23x faster
-    and measured 1.01x (H200, ew_factor; bench/README.md, eighteenth lease). A kernel here is a
+    and measured 1.01x (H200, ew_factor; bench/HISTORY.md, eighteenth lease). A kernel here is a
     connected group of priced fused ops (slices apart: they read only what they keep)."""
     fused = {c for c in order if costs[choice[c]] > 0 and _fused(view.nodes[choice[c]])}
     links = ((ch, c) for c in fused for ch in view.nodes[choice[c]].children if ch in fused)

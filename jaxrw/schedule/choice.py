@@ -36,7 +36,7 @@ log = logging.getLogger("jaxrw")
 
 # Under schedule="auto" on CUDA, a rewrite predicted under this speedup is timed against the program
 # as written before it is kept: the model's error on such small margins is larger than the margin.
-# On the H200 (bench/README.md, seventeenth lease) multibranch_cell bf16, predicted 1.08x, ran
+# On the H200 (bench/HISTORY.md, seventeenth lease) multibranch_cell bf16, predicted 1.08x, ran
 # 0.98x; stacked_matvec_16, predicted 1.17x (f32) and 1.28x (bf16), ran 1.06x and 1.01x
 CONFIRM_BELOW = 1.5
 # ... and kept only when it measured at least this much faster, its fast path's Python frame paid

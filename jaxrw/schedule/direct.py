@@ -126,7 +126,7 @@ class ThunkyProgram:
     `bound`: arrays appended to every call's arguments (the program's large constants, emit.py).
     `otherwise`: what runs a concrete call the executor cannot take, in place of the jitted function
     (auto sets XLA's program: it chose thunky as timed through the executor, and through jax's
-    dispatch a thunky program ran 0.81x of jax.jit on the H200, bench/README.md fifteenth lease)."""
+    dispatch a thunky program ran 0.81x of jax.jit on the H200, bench/HISTORY.md fifteenth lease)."""
 
     def __init__(
         self,

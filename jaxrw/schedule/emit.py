@@ -6,7 +6,7 @@ views of the buffers; `async_start`/`async_done` for side streams), and the outp
 
 The program's constants (weights closed over, or folded when it was optimized) stay in the regions'
 code, as jax.jit keeps them in its own: thunky compiles each region with them embedded
-(`hoist_constants_as_args=False`). On the H200 (bench/README.md, sixteenth lease, h5)
+(`hoist_constants_as_args=False`). On the H200 (bench/HISTORY.md, sixteenth lease, h5)
 experts_equal's thunky program ran 211 µs a call with its 128 MiB of bfloat16 weights embedded,
 270 µs with them passed as one packed buffer (XLA's own program: 280 µs), 307 µs as 64 buffers
 (why the packed buffer costs 59 µs is not established). Embedding costs optimization time: 27 s

@@ -54,7 +54,7 @@ MODES = ("auto", "xla", "streams")
 # `auto` also times the plan forced to twice the streams of the planner's pick (up to WIDE_STREAMS)
 # when that plan, too, is predicted at parity: the planner prices thin GEMMs too cheaply and so
 # undercounts what more streams gain there (H200, experts_packed_8x128x2048: planned 2 streams,
-# 1.54x; 4 streams forced, 1.70-1.79x in runs g1, g4, h4; bench/README.md). A trial is a
+# 1.54x; 4 streams forced, 1.70-1.79x in runs g1, g4, h4; bench/HISTORY.md). A trial is a
 # compilation: it is skipped for programs whose regions embed more than WIDE_TRIAL_CONSTANT_BYTES of
 # constants (thunky compiled experts_equal's 128 MiB in 18-20 s).
 WIDE_STREAMS = 4
@@ -222,7 +222,7 @@ def _over_xla_peak(program: Callable, plain: Callable, flat_specs: Sequence[Any]
     """How far the compiled thunky program's peak memory passes jax.jit's for the same program
     (XLA's memory_analysis; "" when within PEAK_ALLOWANCE_BYTES or either is unknown). On the H200
     the planner's two streams for experts_medium_4 peaked at 502 MiB against XLA's 462, one
-    stream at 462 (bench/README.md, scheduler runs)."""
+    stream at 462 (bench/HISTORY.md, scheduler runs)."""
     mine, xla = peak_bytes(program, flat_specs), peak_bytes(plain, flat_specs)
     if mine is None or xla is None or mine <= xla + PEAK_ALLOWANCE_BYTES:
         return ""

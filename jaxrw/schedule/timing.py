@@ -47,7 +47,7 @@ MEASURED_MARGIN = 0.05
 # own schedule (Optimized's state "jit"), a pick runs another compilation, and XLA's autotuning
 # alone made separate compilations of one program 0.94-1.07x of each other (H200, run w). In the
 # eighth lease, kept programs' picks measured 1.05-1.09x when built ran 0.93-1.09x in the bench
-# (mean 1.02x), those measured 1.15-1.27x ran 1.04-1.53x (bench/README.md)
+# (mean 1.02x), those measured 1.15-1.27x ran 1.04-1.53x (bench/HISTORY.md)
 KEPT_MARGIN = 0.10
 
 
@@ -79,7 +79,7 @@ def fast_path_frame_s() -> float:
     call with no Python of jaxrw's (state "jit": the class's `__call__` is the jit), measured once
     per process on a tiny program. A program kept as written runs with no Python unless auto picks
     an XLA mode for it, so auto charges this to those modes (on the H200 host: 1.67 µs; picks for
-    kept programs measured 1.12-1.49x when built ran 0.97-1.07x: bench/README.md, eleventh lease)."""
+    kept programs measured 1.12-1.49x when built ran 0.97-1.07x: bench/HISTORY.md, eleventh lease)."""
     from ..api import Optimized, optimize
 
     x = jnp.zeros((8,), jnp.float32)
@@ -118,7 +118,7 @@ PEAK_ALLOWANCE_BYTES = 1 << 20
 # refused without compiling it. Plan peak over jax.jit's (XLA's analysis on a CPU) against what
 # thunky measured on the H200: experts_equal f32 6.3x / 4.9x and bf16 6.2x / 3.1x (a 15-20 s
 # compilation), diag_scale f32 2.56x / 2.55x, diag_product 1.33x / 1.32x, qkv_args_prefill
-# 1.0x / 1.09x, experts_packed 0.96x / 1.51x (bench/README.md, eighteenth lease). Only
+# 1.0x / 1.09x, experts_packed 0.96x / 1.51x (bench/HISTORY.md, eighteenth lease). Only
 # over-predictions matter here; the largest seen is 2.0x, so 3 leaves room
 PREDICTED_PEAK_FACTOR = 3.0
 
@@ -306,7 +306,7 @@ def pick_fastest(
     if gain < need or not steady:
         return None
     # a second, separate timing must agree: on the H200 host picks measured 1.12-1.49x when built
-    # ran 0.97-1.07x (bench/README.md, eleventh lease), so one timing is not taken on its own word
+    # ran 0.97-1.07x (bench/HISTORY.md, eleventh lease), so one timing is not taken on its own word
     again = timing({"xla": variants["xla"], best: variants[best]})
     gain2, steady2 = _judge(again, best, paid[best])
     notes.append(f"{best} again {gain2:.2f}x")

@@ -5,7 +5,7 @@ into CUDA graphs and launches the rest one by one from the host. Programs of man
 (decode steps, small GEMM chains) are bound by those launches on the H200's host: recording every
 run ("xla-graphs") measured 1.1-1.3x on small matvec cases, and letting the graph's independent
 kernels overlap as well ("xla-concurrent") 1.3-1.4x on the llama2.c decode step
-(bench/README.md, "XLA's command buffers"). Neither changes the arithmetic: the same HLO runs,
+(bench/HISTORY.md). Neither changes the arithmetic: the same HLO runs,
 launched differently. Options passed to a jit cannot be nested in another jit's trace
 (`TopLevel` keeps such calls on the plain program).
 """

@@ -63,7 +63,7 @@ def test_transpose_folded_is_measured_saved_and_loaded(tmp_path):
 
 
 def test_fused_share_is_saved_loaded_and_bounded(tmp_path):
-    # the profile field gpu_session.sh's A/B sets (bench/README.md, "A win jaxrw leaves")
+    # the profile field gpu_session.sh's A/B sets (bench/HISTORY.md, "A win jaxrw leaves")
     import dataclasses
 
     path = profiles.save_profile(dataclasses.replace(profiles.H200, fused_share=0.1), tmp_path / "p.json")

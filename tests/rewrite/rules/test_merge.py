@@ -50,7 +50,7 @@ def test_projections_of_one_input_merge_when_the_weights_are_constants():
 def test_projections_returned_as_they_are_stay_separate():
     # returned directly, each slice of a merged product is a copy kernel of its own (XLA cannot
     # return part of the product's buffer): on the H200 the merged form measured 0.87-1.13x of
-    # jax.jit (bench/README.md, qkv_const), so the model keeps the three products
+    # jax.jit (bench/HISTORY.md, qkv_const), so the model keeps the three products
     from jaxrw.rewrite.profiles import H200
 
     rng = np.random.default_rng(1)
