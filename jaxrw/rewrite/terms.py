@@ -487,44 +487,31 @@ def _value_facts():
 
 @analysis.register
 def _dot_groups():
-    """Orders of the original dots that share an operand within one level."""
-    # left-shared: dot(a, B) with B of rank nb+2 (one free axis), keyed by (a, form, level)
+    """Orders of the original dots that share an operand within one level: left-shared dot(a, B)
+    (lfirst/lnext) and right-shared dot(B, a) (rfirst/rnext), B of rank nb+2 (one free axis),
+    keyed by (a, form, level)."""
     for nb in range(3):
-        one_free = (eq(shape(_b).length()).to(i64(nb + 2)),)
-        x = Tensor.dot(_a, _b, nb, _lc, _rc, _cfg)
-        y = Tensor.dot(_a, _c, nb, _lc, _rc, _cfg)
-        yield rule(eq(_x).to(x), *one_free, eq(_o1).to(order(_x)), eq(_lv).to(level(_x))).then(
-            set_(lfirst(_a, nb, _lc, _rc, _cfg, _lv)).to(_o1)
-        )
-        yield rule(  # level first (see bnext below): pairs only within one level
-            eq(_lv).to(level(_x)),
-            eq(_lv).to(level(_y)),
-            eq(_o1).to(order(_x)),
-            eq(_o2).to(order(_y)),
-            _o1 < _o2,
-            eq(_x).to(x),
-            eq(_y).to(y),
-            *one_free,
-            eq(shape(_c).length()).to(i64(nb + 2)),
-        ).then(set_(lnext(_x)).to(_o2))
-        # right-shared: dot(B, a) with B of rank nb+2
-        one_free = (eq(shape(_b).length()).to(i64(nb + 2)),)
-        x = Tensor.dot(_b, _a, nb, _lc, _rc, _cfg)
-        y = Tensor.dot(_c, _a, nb, _lc, _rc, _cfg)
-        yield rule(eq(_x).to(x), *one_free, eq(_o1).to(order(_x)), eq(_lv).to(level(_x))).then(
-            set_(rfirst(_a, nb, _lc, _rc, _cfg, _lv)).to(_o1)
-        )
-        yield rule(  # level first (see bnext below): pairs only within one level
-            eq(_lv).to(level(_x)),
-            eq(_lv).to(level(_y)),
-            eq(_o1).to(order(_x)),
-            eq(_o2).to(order(_y)),
-            _o1 < _o2,
-            eq(_x).to(x),
-            eq(_y).to(y),
-            *one_free,
-            eq(shape(_c).length()).to(i64(nb + 2)),
-        ).then(set_(rnext(_x)).to(_o2))
+        for first, next_, shared_left in ((lfirst, lnext, True), (rfirst, rnext, False)):
+
+            def dot(other: Tensor, nb: int = nb, shared_left: bool = shared_left) -> Tensor:
+                pair = (_a, other) if shared_left else (other, _a)
+                return Tensor.dot(*pair, nb, _lc, _rc, _cfg)
+
+            one_free = (eq(shape(_b).length()).to(i64(nb + 2)),)
+            yield rule(eq(_x).to(dot(_b)), *one_free, eq(_o1).to(order(_x)), eq(_lv).to(level(_x))).then(
+                set_(first(_a, nb, _lc, _rc, _cfg, _lv)).to(_o1)
+            )
+            yield rule(  # level first: pairs only within one level
+                eq(_lv).to(level(_x)),
+                eq(_lv).to(level(_y)),
+                eq(_o1).to(order(_x)),
+                eq(_o2).to(order(_y)),
+                _o1 < _o2,
+                eq(_x).to(dot(_b)),
+                eq(_y).to(dot(_c)),
+                *one_free,
+                eq(shape(_c).length()).to(i64(nb + 2)),
+            ).then(set_(next_(_x)).to(_o2))
 
 
 def new_egraph() -> EGraph:
