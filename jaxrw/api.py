@@ -23,7 +23,7 @@ import jax
 from . import compat
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker, slow_leaves
-from .options import checked_options
+from .options import both_spellings, checked_options
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
@@ -98,6 +98,9 @@ class Optimized:
         if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
             self.__class__ = Optimized
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+        self.static_argnums, self.static_argnames = both_spellings(
+            self.fn, self.static_argnums, self.static_argnames
+        )
         self._jitted = jax.jit(
             self.fn,
             static_argnums=self.static_argnums,
@@ -170,7 +173,7 @@ class Optimized:
                     return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
             # new slow arrays, changing on every call: jax.jit's program (any shapes; under a trace
             # the full path below traces the hoisted program through instead)
-            elif not compat.is_tracer(leaves[h.slow[0]]) and h.wants_direct(ids):
+            elif not any(map(compat.is_tracer, h.pick_slow(leaves))) and h.wants_direct(ids):
                 return self._run_direct(entry, args, kwargs)
         key = (in_tree, tuple(map(leaf_key, leaves)), statics)
         entry = self._cache.get(key)
@@ -202,7 +205,8 @@ class Optimized:
             slow = set(entry.call.slow)
             fast = tuple(i for i in range(len(leaves)) if i not in slow)
             self._hot[(in_tree, statics)] = (entry, picker(fast), tuple(key[1][i] for i in fast))
-            if not self._hot_path_off and not compat.is_tracer(leaves[entry.call.slow[0]]):
+            # the cached values belong to this call's slow arrays (not so when one is a tracer)
+            if not self._hot_path_off and entry.call.ids == tuple(map(id, entry.call.pick_slow(leaves))):
                 entry.hot = entry.hot or HotPath(self, entry, key, args, kwargs)
                 entry.hot.refresh(args, kwargs)
                 self._set_hot_path(entry.hot)

@@ -308,10 +308,17 @@ class HotPath:
         """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
         hoisted = self.layout.hoisted_args(args, kwargs)
         leaves, tree = jax.tree_util.tree_flatten(hoisted)
-        usable = self.layout.ok and tree == self.layout.tree
+        # the values belong to these leaves only if none is a tracer (under a trace the prologue
+        # reruns inside it and the values cached stay those of concrete arrays)
+        usable = self.layout.ok and tree == self.layout.tree and not any(map(compat.is_tracer, leaves))
         self.ids = tuple(map(id, leaves)) if usable else None
         self.h_ids = self.h.ids
-        snap = snapshot(hoisted) if usable else None  # None unless all leaves are jax arrays
+        # weak references stand in for the leaves the main program reads only where each is a slow
+        # leaf, whose death clears the cache (`h.ids`); a donated one is not, and a new array
+        # could take its id after it died: those calls take the current leaves (the flatten branch)
+        slow = set(self.h.slow)
+        weak_ok = all(self.layout.full_index[j] in slow for j in self.layout.passed)
+        snap = snapshot(hoisted) if usable and weak_ok else None  # None unless all are jax arrays
         self.same_hoisted = checker(snap) if snap is not None else None
         self.passed = [weakref.ref(leaves[j]) for j in self.layout.passed] if snap is not None else []
         one = snap is not None and self.layout.prefix == 1
@@ -333,7 +340,7 @@ class HotPath:
             ids = tuple(map(id, slow))
             if not (cached and ids == self.ids and tree == lay.tree):
                 # new slow arrays, changing on every call: jax.jit's program (see HoistedCall)
-                if slow and not compat.is_tracer(slow[0]) and h.wants_direct(ids):
+                if slow and not any(map(compat.is_tracer, slow)) and h.wants_direct(ids):
                     return opt._run_direct(self.entry, args, kwargs)
                 return MISS
             passed = lay.pick_passed(slow)

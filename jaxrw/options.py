@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import InvalidOptionError, check_argnums, check_choice, check_fraction, check_nonneg_int
@@ -85,3 +86,24 @@ def checked_options(
         hoist_argnames=(hoist_argnames,) if isinstance(hoist_argnames, str) else tuple(hoist_argnames or ()),
         max_hoist_bytes=check_nonneg_int("max_hoist_bytes", max_hoist_bytes),
     )
+
+
+def both_spellings(
+    fn: Callable, nums: tuple[int, ...], names: tuple[str, ...]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Static arguments by position and by name, each completed from the other through `fn`'s
+    signature as jax.jit does: a parameter that can be passed either way is static however the
+    call passes it. Unchanged where the signature cannot be read."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return nums, names
+    more_nums, more_names = set(nums), list(names)
+    for i, p in enumerate(params):
+        if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            continue  # positional-only or keyword-only: one spelling; nothing after *args has an index
+        if i in more_nums and p.name not in more_names:
+            more_names.append(p.name)
+        elif p.name in names:
+            more_nums.add(i)
+    return tuple(sorted(more_nums)), tuple(more_names)

@@ -430,3 +430,31 @@ def test_a_handed_off_hoisted_signature_takes_jax_cpp_dispatch(python_dispatches
     assert python_dispatches[0] == 0
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_static_argument_passed_the_other_way_than_declared_stays_static():
+    # as with jax.jit, a parameter that can be passed by position or by name is static either way
+    def steps(x, n):
+        for _ in range(n):
+            x = jnp.tanh(x @ x.T) @ x
+        return x
+
+    x = _rand(5, (4, 4))[0] / 4
+    want = jax.jit(steps, static_argnums=1)(x, 2)
+    for options, call in (
+        ({"static_argnums": 1}, lambda f: f(x, n=2)),
+        ({"static_argnames": "n"}, lambda f: f(x, 2)),
+        ({"static_argnums": 1, "hoist_argnums": 0}, lambda f: f(x, n=2)),
+    ):
+        opt = jaxrw.optimize(steps, **options)
+        np.testing.assert_allclose(call(opt), want, rtol=1e-4, atol=1e-6)
+        assert (opt.static_argnums, opt.static_argnames) == ((1,), ("n",))
+
+
+def test_static_spellings_follow_the_signature_only_where_it_allows_both():
+    def g(a, /, b, *rest, c):
+        return a
+
+    opt = jaxrw.optimize(g, static_argnums=(0, 1, 3), static_argnames=("c",))
+    # a is positional-only and index 3 falls in *rest: no name; b gets its name; c stays a name
+    assert (opt.static_argnums, opt.static_argnames) == ((0, 1, 3), ("c", "b"))

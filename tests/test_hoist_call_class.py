@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxrw
 from jaxrw.api import Optimized
@@ -139,3 +141,50 @@ def test_a_cached_call_restarts_the_run_of_new_parameters_even_after_they_die():
     q = _params(99)
     _close(opt(q, x), cell(q, x))
     assert h.streak == 1 and not entry.handed_off
+
+
+def test_a_tracer_among_the_parameters_never_reads_the_cached_values():
+    # under an outer jit, parameters that are partly traced (one weight an argument of the trace,
+    # the others the cached arrays) run the prologue in the trace on every call: the cache holds
+    # the concrete weights' values
+    opt, p, x = _hoisted_opt()
+
+    def calls(w):
+        q = {"w": [p["w"][0], w, p["w"][2]], "u": p["u"]}
+        return jnp.stack([opt(q, x) - cell(q, x) for _ in range(4)])
+
+    np.testing.assert_allclose(jax.jit(calls)(2.0 * p["w"][1]), 0.0, atol=1e-5)
+    grad = jax.grad(
+        lambda w: jnp.sum(calls(w) ** 2) + jnp.sum(opt({"w": [p["w"][0], w, p["w"][2]], "u": p["u"]}, x))
+    )
+    want = jax.grad(lambda w: jnp.sum(cell({"w": [p["w"][0], w, p["w"][2]], "u": p["u"]}, x)))
+    _close(grad(2.0 * p["w"][1]), want(2.0 * p["w"][1]))
+    _close(opt(p, x), cell(p, x))  # the concrete parameters' cache is intact
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="needs the donated array to outlive the call")
+def test_a_donated_hoisted_argument_is_read_as_passed_not_through_a_weak_reference():
+    # a donated leaf is not cached (no finalizer clears the cache when it dies), so a new array
+    # that takes its id after it died must not be mistaken for it (XLA's CPU backend does not
+    # use donated buffers, so the array stays valid after each call)
+    def fn(p, b, x):
+        return cell(p, x) + b
+
+    opt = jaxrw.optimize(fn, hoist_argnums=(0, 1), donate_argnums=1)
+    p, x = _params(0), _x(1)
+    bufs = [np.full(32, i, np.float32) for i in range(200)]
+    b = jax.device_put(bufs[0])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+        for _ in range(2):
+            _close(opt(p, b, x), fn(p, b, x))
+        hot = opt._hot_path
+        assert hot is not None and hot.same_hoisted is None and hot.passed == []
+        old = id(b)
+        del b
+        for i in range(1, len(bufs)):  # a new array at the old one's id, where the allocator allows
+            b = jax.device_put(bufs[i])
+            if id(b) == old:
+                break
+        want = fn(p, b, x)
+        _close(opt(p, b, x), want)
