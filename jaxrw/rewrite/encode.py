@@ -218,7 +218,9 @@ class _Encoder:
     def const(self, value: Any, aval: Any, literal: bool) -> Sym:
         key = None
         if literal and np.ndim(value) == 0:
-            key = ("lit", type(value).__name__, str(np.asarray(value).dtype), repr(value), aval.weak_type)
+            # by the exact bits: a literal's repr can round (jax 0.12 prints 0.000120001 as 0.00012)
+            arr = np.asarray(value)
+            key = ("lit", type(value).__name__, str(arr.dtype), arr.tobytes(), aval.weak_type)
         if key is not None and key in self.const_keys:
             return self.t(Tensor.const, self.const_keys[key])
         idx = len(self.consts)

@@ -192,6 +192,7 @@ def _expand_dot():
             eq(x).to(Tensor.broadcast_in_dim(mv, so, e0)),
             eq(so.length()).to(i64(2)),
             eq(so[1]).to(i64(1)),
+            eq(so[0]).to(shape(mv)[0]),  # not a size-1 A·v broadcast along that axis
             *conds,
         ).then(union(x).with_(dot(A, col, 0, l, 0, c)))
     )
@@ -200,6 +201,7 @@ def _expand_dot():
             eq(x).to(Tensor.broadcast_in_dim(mv, so, e1)),
             eq(so.length()).to(i64(2)),
             eq(so[0]).to(i64(1)),
+            eq(so[1]).to(shape(mv)[0]),
             *conds,
         ).then(union(x).with_(dot(row, A, 0, 1, l, c)))
     )

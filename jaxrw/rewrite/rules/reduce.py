@@ -38,9 +38,13 @@ def _axes(*a):
 
 def _sum_of(inner, axes):
     """Σ inner as programs write it: directly, or over inner upcast to float32 (jnp's sum of a
-    bf16/f16 array). Yields (pattern, up): `up` applies the same upcast to a replacement."""
-    yield sum_(inner, axes), lambda t: t
-    yield sum_(Tensor.convert_element_type(inner, F32), axes), lambda t: Tensor.convert_element_type(t, F32)
+    bf16 array). Yields (pattern, up, only): `up` applies the same upcast to a replacement, which
+    then computes in inner's dtype what the program summed in float32; `only` (conditions, with
+    V.d bound to inner's dtype) allows that for bfloat16 alone, whose range is float32's: an
+    int32 or float16 sum written in float32 would overflow in its own type (`sum(x, dtype=f32)`)."""
+    yield sum_(inner, axes), lambda t: t, ()
+    upcast = Tensor.convert_element_type(inner, F32)
+    yield sum_(upcast, axes), lambda t: Tensor.convert_element_type(t, F32), (eq(V.d).to(String(LOW[0])),)
 
 
 def _sum_dot():
@@ -48,12 +52,12 @@ def _sum_dot():
     # Σ_cols (A·B) -> A·(Σ_cols B)   [B 2-D; output's last axis is B's free axis]
     prod = dot(A, B, 0, l, r, c)
     out = []
-    for lhs, up in _sum_of(prod, _axes(0)):
+    for lhs, up, only in _sum_of(prod, _axes(0)):
         rhs = up(dot(sum_(A, Vec[i64](1 - l)), B, 0, 0, r, c))
-        out.append(rewrite(lhs).to(rhs, rank(A, 2), *same_dtype(A, B, prod)))
-    for lhs, up in _sum_of(prod, V.dims):
+        out.append(rewrite(lhs).to(rhs, rank(A, 2), *same_dtype(A, B, prod), *only))
+    for lhs, up, only in _sum_of(prod, V.dims):
         one_axis = (eq(V.dims.length()).to(i64(1)), eq(ax).to(V.dims[0]))
-        conds = (*one_axis, rank(B, 2), eq(ax).to(shape(A).length() - 1), *same_dtype(A, B, prod))
+        conds = (*one_axis, rank(B, 2), eq(ax).to(shape(A).length() - 1), *same_dtype(A, B, prod), *only)
         out.append(
             rule(eq(x).to(lhs), *conds).then(union(x).with_(up(dot(A, sum_(B, Vec[i64](1 - r)), 0, l, 0, c))))
         )
@@ -100,10 +104,10 @@ def _masked(t, form):
     """Patterns of `t` kept on the diagonal only: where(I, t, 0) ("select", jnp.trace), or t∘I
     and I∘t ("eye": off the diagonal inf·0 is NaN there, which the rewrite does not compute)."""
     if form == "select":
-        yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0))
-    else:
-        yield Tensor.mul(t, E), (is_eye(E),)
-        yield Tensor.mul(E, t), (is_eye(E),)
+        yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0), eq(shape(M)).to(shape(t)))
+    else:  # of t's own shape: a size-1 t would broadcast (jax 0.12 does it without broadcast_in_dim)
+        yield Tensor.mul(t, E), (is_eye(E), eq(shape(E)).to(shape(t)))
+        yield Tensor.mul(E, t), (is_eye(E), eq(shape(E)).to(shape(t)))
 
 
 def _diag_dot(form):
@@ -123,11 +127,11 @@ def _diag_dot(form):
                     (_axes(1), _axes(1)),
                 ):
                     plain, upcast = _sum_of(masked, axes)
-                    lhs, up = upcast
-                    out.append(rewrite(lhs).to(sum_(up(hadamard), new_axes), *conds, *extra))
+                    lhs, up, only = upcast
+                    out.append(rewrite(lhs).to(sum_(up(hadamard), new_axes), *conds, *extra, *only))
                     # summed in its own dtype: the new, longer sum accumulates in float32 for
                     # bf16/f16 (it lands in the program's class, where decode would not upcast)
-                    lhs, _ = plain
+                    lhs, _, _ = plain
                     high = (ne(V.d).to(String(LOW[0])), ne(V.d).to(String(LOW[1])))
                     out.append(rewrite(lhs).to(sum_(hadamard, new_axes), *conds, *extra, *high))
                     for low in LOW:
@@ -249,11 +253,11 @@ def _weighted_sum():
         conds = (rank(X, 2), rank(w, 1), eq(shape(X)[axis]).to(shape(w)[0]), *same_dtype(X, w))
         for prod in (Tensor.mul(X, bw), Tensor.mul(bw, X)):
             full = eq(shape(X)).to(shape(prod))  # X itself not broadcast by the product
-            for lhs, up in _sum_of(prod, _axes(axis)):
-                out.append(rewrite(lhs).to(up(rhs), *conds, full))
+            for lhs, up, only in _sum_of(prod, _axes(axis)):
+                out.append(rewrite(lhs).to(up(rhs), *conds, full, *only))
     conds = (rank(X, 1), rank(w, 1), eq(shape(X)).to(shape(w)), *same_dtype(X, w))
-    for lhs, up in _sum_of(Tensor.mul(X, w), _axes(0)):
-        out.append(rewrite(lhs).to(up(dot(X, w, 0, 0, 0, DEFAULT_CFG)), *conds))
+    for lhs, up, only in _sum_of(Tensor.mul(X, w), _axes(0)):
+        out.append(rewrite(lhs).to(up(dot(X, w, 0, 0, 0, DEFAULT_CFG)), *conds, *only))
     return out
 
 

@@ -243,18 +243,19 @@ _reg(
 def _bcast_rows():
     # (rows all w)·B -> broadcast(w·B);  A·(columns all w) -> broadcast(A·w);  same for a scalar fill
     out = []
+    matrix = eq(sa.length()).to(i64(2))  # the broadcast is 2-D: its one free axis lands where w·B's does
     for rb in (1, 2):
         lhs = dot(bcast(S, sa, _iv(1)), B, 0, 1, r, c)
-        conds = (rank(S, 1), eq(shape(S)[0]).to(sa[1]), rank(B, rb), _out(x), *same_dtype(S, B, x))
+        conds = (matrix, rank(S, 1), eq(shape(S)[0]).to(sa[1]), rank(B, rb), _out(x), *same_dtype(S, B, x))
         rhs = bcast(dot(S, B, 0, 0, r, c), so, _iv(1) if rb == 2 else _iv())
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
         lhs = dot(bcast(S, sa, _iv()), B, 0, 1, r, c)
-        conds = (rank(S, 0), eq(k).to(sa[1]), rank(B, rb), _out(x), *same_dtype(S, B, x))
+        conds = (matrix, rank(S, 0), eq(k).to(sa[1]), rank(B, rb), _out(x), *same_dtype(S, B, x))
         rhs = bcast(dot(bcast(S, Vec[i64](k), _iv()), B, 0, 0, r, c), so, _iv(1) if rb == 2 else _iv())
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
     for ra in (1, 2):
         lhs = dot(A, bcast(S, sa, _iv(0)), 0, l, 0, c)
-        conds = (rank(S, 1), eq(shape(S)[0]).to(sa[0]), rank(A, ra), _out(x), *same_dtype(S, A, x))
+        conds = (matrix, rank(S, 1), eq(shape(S)[0]).to(sa[0]), rank(A, ra), _out(x), *same_dtype(S, A, x))
         rhs = bcast(dot(A, S, 0, l, 0, c), so, _iv(0) if ra == 2 else _iv())
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
     return out

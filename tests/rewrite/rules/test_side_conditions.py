@@ -1,0 +1,110 @@
+"""Side conditions a review found missing: each program below was rewritten into a different value
+(far beyond rounding) before its rule's condition was added. Each test checks the rule no longer
+fires on it and that `optimize` then computes what jax.jit computes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxrw
+from jaxrw.rewrite.encode import encode
+from jaxrw.rewrite.rules import select_rules
+
+from .harness import flat_jaxpr, run_rules
+
+select_rules(None)  # load every family: the tests name rules one by one
+
+
+def _normal(seed, *shape):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), jnp.float32)
+
+
+def _fired(fn, args, rule):
+    return run_rules(fn, args, [rule]).report.rules_fired.get(rule, 0)
+
+
+def _as_jit(fn, args, rtol=1e-5, **options):
+    np.testing.assert_allclose(jaxrw.optimize(fn, **options)(*args), jax.jit(fn)(*args), rtol=rtol)
+
+
+def test_bcast_rows_needs_a_matrix_broadcast():
+    # a rank-3 fill contracted on its middle axis: w·B's axis is not the output's axis 1
+    fn = lambda s, b: jnp.tensordot(jnp.full((8, 32, 16), s), b, axes=([1], [0]))  # noqa: E731
+    args = (jnp.float32(2.0), _normal(0, 32, 16))
+    assert _fired(fn, args, "structured.bcast_rows") == 0
+    _as_jit(fn, args, numerics="strict")
+
+
+def test_expand_dot_keeps_the_broadcast_of_a_size_one_product():
+    # A·v has length 1 here, and broadcast_in_dim spreads it over 5 rows: not a column of A·v
+    a = _normal(1, 1, 64)
+    vs = [_normal(2 + i, 64) for i in range(4)]
+
+    def fn(a, *vs):
+        return jnp.concatenate([lax.broadcast_in_dim(a @ v, (5, 1), (0,)) for v in vs], 1).sum(0)
+
+    assert _fired(fn, (a, *vs), "merge.expand_dot") == 0
+    _as_jit(fn, (a, *vs), numerics="strict")
+
+
+def test_literals_that_print_alike_stay_distinct_constants():
+    # jax 0.12's literal repr rounds to 0.00012; the two products differ by 3e-9 relative
+    fn = lambda y: (y * 0.000120001, y * 0.000120004)  # noqa: E731
+    program = encode(flat_jaxpr(fn, (_normal(3, 8),))[0])
+    assert len(program.consts) == 2
+    a = _normal(4, 32, 32)
+    mat = lambda a, v: ((a @ a) @ v * 0.000120001 - (a @ a) @ v * 0.000120004) * 1e9  # noqa: E731
+    got = jaxrw.optimize(mat)(a, a[0])
+    assert np.abs(np.asarray(got)).max() > 1e-3  # not folded to zero
+
+
+@pytest.mark.parametrize(
+    "rule,fn,args",
+    [
+        # sum(x*w, dtype=float32): summed in float32, which int32 and float16 would overflow
+        (
+            "reduce.weighted_sum",
+            lambda x, w: jnp.sum(x * w, dtype=jnp.float32),
+            (jnp.full((4096,), 2**20, jnp.int32), jnp.ones((4096,), jnp.int32)),
+        ),
+        (
+            "reduce.weighted_sum",
+            lambda x, w: jnp.sum(x * w, dtype=jnp.float32),
+            (jnp.full((4096,), 30.0, jnp.float16), jnp.ones((4096,), jnp.float16)),
+        ),
+        (
+            "reduce.sum_dot",
+            lambda a, b: (a @ b).astype(jnp.float32).sum(0),
+            (jnp.full((256, 128), 2**16, jnp.int32), jnp.ones((128, 128), jnp.int32)),
+        ),
+        # the trace the program computes in int32 (wrapping) is not the float32 sum
+        (
+            "reduce.diag_dot",
+            lambda a, b: jnp.trace(a @ b, dtype=jnp.float32),
+            (jnp.full((256, 4), 2**30, jnp.int32), jnp.ones((4, 256), jnp.int32)),
+        ),
+    ],
+    ids=["weighted_sum-int32", "weighted_sum-float16", "sum_dot-int32", "diag_dot-int32"],
+)
+def test_a_float32_sum_of_a_narrow_type_stays_in_float32(rule, fn, args):
+    assert _fired(fn, args, rule) == 0
+    np.testing.assert_array_equal(jaxrw.optimize(fn)(*args), jax.jit(fn)(*args))
+
+
+def test_bf16_sums_written_in_float32_still_become_dots():
+    # bfloat16 has float32's range: the upcast form is still taken there
+    x = _normal(5, 64).astype(jnp.bfloat16)
+    fn = lambda x, w: jnp.sum(x * w, dtype=jnp.float32)  # noqa: E731
+    assert _fired(fn, (x, x), "reduce.weighted_sum") > 0
+
+
+def test_diag_dot_eye_needs_the_product_at_the_identity_shape():
+    # (1,1) * eye(64): lax broadcasts the size-1 product over the whole identity
+    a = _normal(6, 1, 512)
+    fn = lambda a, b: ((a @ b) * jnp.eye(64)).sum()  # noqa: E731
+    assert _fired(fn, (a, a.T), "reduce.diag_dot_eye") == 0
+    _as_jit(fn, (a, a.T), rtol=1e-4, numerics="fast")
