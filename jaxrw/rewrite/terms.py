@@ -271,6 +271,7 @@ _f, _g = vars_("f g", f64)
 _ELEMENTWISE = (Tensor.add, Tensor.sub, Tensor.mul, Tensor.div)
 _TYPED_BINARY = ("max", "min", "pow")  # binary ops rules create (their dtype is the operands')
 FLOATS = ("float32", "bfloat16", "float16", "float64")
+INDEX_DTYPES = ("int32", "int64")  # iota types that hold any index of an array jax can make
 
 
 def _set(t, s, d):
@@ -443,14 +444,18 @@ def _value_facts():
         yield rule(
             eq(_t).to(Tensor.convert_element_type(_a, fl)), eq(_f).to(fill(_a)), eq(dtype(_a)).to(_d)
         ).then(set_(fill(_t)).to(_f))
-    # the identity: (iota0 [+ 0]) == iota1 on a square shape, converted to a number type
-    iota0 = Tensor.iota(_d, _sa, 0)
-    iota1 = Tensor.iota(_d, _sa, 1)
-    square = (eq(_sa.length()).to(i64(2)), eq(_sa[0]).to(_sa[1]))
-    for lhs in (iota0, Tensor.add(iota0, _c), Tensor.add(_c, iota0)):
-        extra = () if lhs is iota0 else (eq(fill(_c)).to(f64(0.0)),)
-        for t in (Tensor.binary("eq", lhs, iota1), Tensor.binary("eq", iota1, lhs)):
-            yield rule(eq(_t).to(t), *square, *extra).then(is_eye_mask(_t))
+    # the identity: (iota0 [+ 0]) == iota1 on a square shape, converted to a number type. The
+    # iotas count in an integer type wide enough for any index (a bf16 or uint8 iota repeats
+    # values past 256), and nothing broadcasts them (jax 0.12's elementwise ops spread size-1
+    # axes: a (1, 1) iota plus a (5, 5) zero is all zeros)
+    for index_dtype in INDEX_DTYPES:
+        iota0 = Tensor.iota(index_dtype, _sa, 0)
+        iota1 = Tensor.iota(index_dtype, _sa, 1)
+        square = (eq(_sa.length()).to(i64(2)), eq(_sa[0]).to(_sa[1]), eq(shape(_t)).to(_sa))
+        for lhs in (iota0, Tensor.add(iota0, _c), Tensor.add(_c, iota0)):
+            extra = () if lhs is iota0 else (eq(fill(_c)).to(f64(0.0)), eq(shape(lhs)).to(_sa))
+            for t in (Tensor.binary("eq", lhs, iota1), Tensor.binary("eq", iota1, lhs)):
+                yield rule(eq(_t).to(t), *square, *extra).then(is_eye_mask(_t))
     yield rule(eq(_t).to(Tensor.convert_element_type(_a, _name)), is_eye_mask(_a)).then(is_eye(_t))
     # structured operands: cheap to multiply by
     yield rule(eq(_t).to(Tensor.broadcast_in_dim(_a, _sb, _perm)), _shape_rank_below(_a, _sb)).then(
@@ -470,8 +475,10 @@ def _value_facts():
             _sa[lc] * 4 <= _sa[1 - lc],
             _sa[lc] * 4 <= _sb[1 - rc],
         ).then(structured(_t))
-    # positivity in real arithmetic (domain side conditions of exp/log/sqrt rules)
-    yield rule(eq(_t).to(Tensor.unary("exp", _a))).then(positive(_t))
+    # positivity in real arithmetic (domain side conditions of exp/log/sqrt rules): real floating
+    # point only (exp of a complex number is not positive, nor z·z nonnegative)
+    real = float_dtype(dtype(_t))
+    yield rule(eq(_t).to(Tensor.unary("exp", _a)), real).then(positive(_t))
     yield rule(eq(_f).to(fill(_t)), _f > f64(0.0)).then(positive(_t))
     yield rule(eq(_f).to(fill(_t)), _f >= f64(0.0)).then(nonneg(_t))
     yield rule(positive(_t)).then(nonneg(_t))
@@ -480,8 +487,8 @@ def _value_facts():
     for ctor in (Tensor.add, Tensor.mul):
         yield rule(eq(_t).to(ctor(_a, _b)), nonneg(_a), nonneg(_b)).then(nonneg(_t))
     yield rule(eq(_t).to(Tensor.unary("sqrt", _a)), positive(_a)).then(positive(_t))
-    yield rule(eq(_t).to(Tensor.mul(_a, _a))).then(nonneg(_t))
-    yield rule(eq(_t).to(Tensor.integer_pow(_a, 2))).then(nonneg(_t))
+    yield rule(eq(_t).to(Tensor.mul(_a, _a)), real).then(nonneg(_t))
+    yield rule(eq(_t).to(Tensor.integer_pow(_a, 2)), real).then(nonneg(_t))
     yield rule(eq(_t).to(Tensor.unary("abs", _a))).then(nonneg(_t))
 
 

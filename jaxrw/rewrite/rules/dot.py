@@ -295,11 +295,10 @@ def _scalar_in():
 
 
 def _neg_out():
-    # (-A)@B -> -(A@B);  A@(-B) -> -(A@B)
-    return [
-        rewrite(dot(Tensor.neg(A), B, nb, l, r, c)).to(Tensor.neg(dot(A, B, nb, l, r, c)), *same_dtype(A, B)),
-        rewrite(dot(A, Tensor.neg(B), nb, l, r, c)).to(Tensor.neg(dot(A, B, nb, l, r, c)), *same_dtype(A, B)),
-    ]
+    # (-A)@B -> -(A@B);  A@(-B) -> -(A@B)   [the product in the operands' dtype: -a wraps in int8
+    # (-(-128) = -128) where the negated int32 product of a preferred_element_type does not]
+    lhs = (dot(Tensor.neg(A), B, nb, l, r, c), dot(A, Tensor.neg(B), nb, l, r, c))
+    return [rewrite(t).to(Tensor.neg(dot(A, B, nb, l, r, c)), *same_dtype(A, B, t)) for t in lhs]
 
 
 def _scalar_out_example(rng, dt):

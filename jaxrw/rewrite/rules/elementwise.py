@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from egglog import Vec, eq, i64, rewrite, rule, union
 
-from ..terms import Tensor, nonneg, positive, shape
+from ..terms import Tensor, dtype, float_dtype, nonneg, positive, shape
 from ..terms import fill as fill_
 from . import Rule, register_rule
 from ._util import FLOAT, RING, V, positive_rand, rand, rank, same_dtype, sizes
@@ -155,7 +155,7 @@ def _exp_log():
     return [
         rewrite(mul(*e)).to(_u("exp", add(A, B)), same),
         rewrite(div(*e)).to(_u("exp", sub(A, B)), same),
-        rewrite(_u("log", _u("exp", A))).to(A),
+        rewrite(_u("log", _u("exp", A))).to(A, float_dtype(dtype(A))),  # complex: log wraps the phase
         rule(eq(x).to(_u("exp", _u("log", A))), positive(A)).then(union(x).with_(A)),
         rule(eq(x).to(add(_u("log", A), _u("log", B))), positive(A), positive(B), same).then(
             union(x).with_(_u("log", mul(A, B)))
@@ -189,8 +189,8 @@ def _sqrt():
     # sqrt(a·a) -> |a|;  sqrt(a)·sqrt(a) -> a  [a >= 0];  a ** 0.5 -> sqrt(a);  a ** 2 (float) -> a·a
     r = _u("sqrt", A)
     return [
-        rewrite(_u("sqrt", mul(A, A))).to(_u("abs", A)),
-        rewrite(_u("sqrt", Tensor.integer_pow(A, 2))).to(_u("abs", A)),
+        rewrite(_u("sqrt", mul(A, A))).to(_u("abs", A), float_dtype(dtype(A))),  # not complex
+        rewrite(_u("sqrt", Tensor.integer_pow(A, 2))).to(_u("abs", A), float_dtype(dtype(A))),
         rule(eq(x).to(mul(r, r)), nonneg(A)).then(union(x).with_(A)),
         rule(eq(x).to(Tensor.binary("pow", A, Z)), eq(fill_(Z)).to(0.5), _keeps_shape(A, x)).then(
             union(x).with_(_u("sqrt", A))

@@ -36,15 +36,17 @@ def _axes(*a):
 # --- sums of products ------------------------------------------------------------------------------
 
 
-def _sum_of(inner, axes):
+def _sum_of(inner, axes, narrow=LOW[:1]):
     """Σ inner as programs write it: directly, or over inner upcast to float32 (jnp's sum of a
-    bf16 array). Yields (pattern, up, only): `up` applies the same upcast to a replacement, which
-    then computes in inner's dtype what the program summed in float32; `only` (conditions, with
-    V.d bound to inner's dtype) allows that for bfloat16 alone, whose range is float32's: an
-    int32 or float16 sum written in float32 would overflow in its own type (`sum(x, dtype=f32)`)."""
+    bf16 or f16 array). Yields (pattern, up, only): `up` applies the same upcast to a replacement;
+    `only` (conditions, with V.d bound to inner's dtype) names the one `narrow` dtype each upcast
+    pattern is for. A replacement that computes in inner's own dtype what the program summed in
+    float32 may take only bfloat16, whose range is float32's: an int32 or float16 sum written in
+    float32 (`sum(x, dtype=f32)`) would wrap or overflow in its own type."""
     yield sum_(inner, axes), lambda t: t, ()
     upcast = Tensor.convert_element_type(inner, F32)
-    yield sum_(upcast, axes), lambda t: Tensor.convert_element_type(t, F32), (eq(V.d).to(String(LOW[0])),)
+    for dt in narrow:
+        yield sum_(upcast, axes), lambda t: Tensor.convert_element_type(t, F32), (eq(V.d).to(String(dt)),)
 
 
 def _sum_dot():
@@ -126,16 +128,19 @@ def _diag_dot(form):
                     (_axes(0), _axes(1)),
                     (_axes(1), _axes(1)),
                 ):
-                    plain, upcast = _sum_of(masked, axes)
-                    lhs, up, only = upcast
-                    out.append(rewrite(lhs).to(sum_(up(hadamard), new_axes), *conds, *extra, *only))
+                    # the products in float32, as the dot makes them: all in float32, so a float16
+                    # program summed in float32 may take it too (its products cannot overflow there)
+                    plain, *upcasts = _sum_of(masked, axes, LOW)
+                    wide = Tensor.mul(*(Tensor.convert_element_type(t, F32) for t in (a_, b_)))
+                    for lhs, _, only in upcasts:
+                        out.append(rewrite(lhs).to(sum_(wide, new_axes), *conds, *extra, *only))
                     # summed in its own dtype: the new, longer sum accumulates in float32 for
                     # bf16/f16 (it lands in the program's class, where decode would not upcast)
                     lhs, _, _ = plain
                     high = (ne(V.d).to(String(LOW[0])), ne(V.d).to(String(LOW[1])))
                     out.append(rewrite(lhs).to(sum_(hadamard, new_axes), *conds, *extra, *high))
-                    for low in LOW:
-                        acc = Tensor.convert_element_type(sum_(up(hadamard), new_axes), low)
+                    for low in LOW:  # float16 products overflow where the dot's float32 ones do not
+                        acc = Tensor.convert_element_type(sum_(wide, new_axes), low)
                         out.append(rewrite(lhs).to(acc, *conds, *extra, eq(V.d).to(String(low))))
     return out
 

@@ -4,6 +4,8 @@ fires on it and that `optimize` then computes what jax.jit computes."""
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,3 +110,58 @@ def test_diag_dot_eye_needs_the_product_at_the_identity_shape():
     fn = lambda a, b: ((a @ b) * jnp.eye(64)).sum()  # noqa: E731
     assert _fired(fn, (a, a.T), "reduce.diag_dot_eye") == 0
     _as_jit(fn, (a, a.T), rtol=1e-4, numerics="fast")
+
+
+@pytest.mark.parametrize(
+    "n,dtype,grow",
+    [(1, jnp.int32, 5), (258, jnp.bfloat16, None), (258, jnp.uint8, None)],
+    ids=["size-1-iota-broadcast", "bf16-iota", "uint8-iota"],
+)
+def test_an_identity_mask_counts_every_index_at_its_own_shape(n, dtype, grow):
+    # iota0 == iota1 is the identity only in a type that holds every index, on the iotas' shape
+    def fn(a, b):
+        i0, i1 = (lax.broadcasted_iota(dtype, (n, n), axis) for axis in (0, 1))
+        if grow is not None:  # a (1, 1) iota plus a (5, 5) zero: all zeros, broadcast implicitly
+            i0 = lax.add(i0, lax.full((grow, grow), 0, dtype))
+        return jnp.where(lax.eq(i0, i1), a @ b, 0.0).sum()
+
+    size = grow or n
+    args = (_normal(7, size, 8), _normal(8, 8, size))
+    assert _fired(fn, args, "reduce.diag_dot") == 0
+    _as_jit(fn, args, rtol=1e-4)
+
+
+def test_neg_out_needs_the_product_in_the_operands_dtype():
+    # -a wraps in int8; the int32 product of preferred_element_type does not
+    fn = lambda a, b: lax.dot(-a, b, preferred_element_type=jnp.int32)  # noqa: E731
+    a = jnp.asarray(np.random.default_rng(9).integers(-128, 128, (64, 64)), jnp.int8).at[0, 0].set(-128)
+    args = (a, jnp.ones((64, 1), jnp.int8))
+    assert _fired(fn, args, "dot.neg_out") == 0
+    np.testing.assert_array_equal(jaxrw.optimize(fn)(*args), jax.jit(fn)(*args))
+
+
+def test_a_float16_trace_multiplies_in_float32_as_the_dot_does():
+    # the Hadamard products 300·300 overflow float16; the dot's float32 products did not
+    fn = lambda a, b: lax.reduce_sum(jnp.where(jnp.eye(2, dtype=bool), a @ b, 0), (0, 1))  # noqa: E731
+    args = (
+        jnp.array([[300.0, 300.0], [1.0, 2.0]], jnp.float16),
+        jnp.array([[300.0, 1.0], [-300.0, 1.0]], jnp.float16),
+    )
+    assert _fired(fn, args, "reduce.diag_dot") > 0
+    np.testing.assert_array_equal(jaxrw.optimize(fn)(*args), jax.jit(fn)(*args))
+
+
+@pytest.mark.parametrize(
+    "rule,fn",
+    [
+        ("elementwise.exp_log", lambda z: jnp.log(jnp.exp(z)) * 2),
+        ("elementwise.sqrt", lambda z: jnp.sqrt(z * z) * 2),
+    ],
+    ids=["log-exp", "sqrt-square"],
+)
+def test_real_identities_do_not_touch_complex_numbers(rule, fn):
+    z = jnp.tile(jnp.array([4j, 1 + 2j, -3 - 1j], jnp.complex64), 4)
+    assert _fired(fn, (z,), rule) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback either
+        np.testing.assert_allclose(jaxrw.optimize(fn, numerics="fast")(z), jax.jit(fn)(z), rtol=1e-5)
