@@ -63,6 +63,22 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, _core.Tracer)
 
 
+try:  # jax's current trace (private; jax 0.11 and 0.12): EvalTrace at the top level
+    from jax._src.core import EvalTrace as _EvalTrace
+    from jax._src.core import trace_ctx as _trace_ctx
+except ImportError:  # pragma: no cover - another jax: stage a scalar and look at it
+    _EvalTrace = _trace_ctx = None
+
+
+def under_trace() -> bool:
+    """Whether jax is tracing here (an outer jit, grad, vmap, scan body), even when no argument
+    is a tracer (arrays captured from outside): whatever jax computes now is a tracer, so nothing
+    computed now may be cached, timed or compared as a concrete value."""
+    if _trace_ctx is not None:
+        return not isinstance(_trace_ctx.trace, _EvalTrace)
+    return is_tracer(jax.numpy.zeros(()))
+
+
 def device_kind() -> str:
     """'cuda', 'rocm', 'tpu' or 'cpu' for the default backend."""
     platform = jax.default_backend()

@@ -458,3 +458,18 @@ def test_static_spellings_follow_the_signature_only_where_it_allows_both():
     opt = jaxrw.optimize(g, static_argnums=(0, 1, 3), static_argnames=("c",))
     # a is positional-only and index 3 falls in *rest: no name; b gets its name; c stays a name
     assert (opt.static_argnums, opt.static_argnames) == ((0, 1, 3), ("c", "b"))
+
+
+@pytest.mark.parametrize("option", ["verify", "autotune"])
+def test_verify_and_autotune_inside_an_outer_jit_with_captured_arrays(option, monkeypatch, tmp_path):
+    # no argument is a tracer, yet the results are: nothing is compared or timed there
+    monkeypatch.setenv("JAXRW_CACHE_DIR", str(tmp_path))
+    a, b, v = _rand(6, (8, 8), (8, 8), (8,))
+
+    def chain(a, b, v):
+        return a @ b @ v
+
+    opt = jaxrw.optimize(chain, **{option: True})
+    np.testing.assert_allclose(jax.jit(lambda: opt(a, b, v))(), chain(a, b, v), rtol=1e-4)
+    assert not (tmp_path / "autotune.json").exists()  # timing a trace would store a wrong winner
+    np.testing.assert_allclose(opt(a, b, v), chain(a, b, v), rtol=1e-4)

@@ -188,3 +188,18 @@ def test_a_donated_hoisted_argument_is_read_as_passed_not_through_a_weak_referen
                 break
         want = fn(p, b, x)
         _close(opt(p, b, x), want)
+
+
+def test_parameters_captured_by_an_outer_trace_are_traced_through_never_cached():
+    # concrete parameters closed over by a jitted step or a scan body: inside that trace the
+    # prologue's values are tracers, which a later plain call must not find in the cache
+    opt = jaxrw.optimize(cell, hoist_argnums=0)
+    p, x = _params(0), _x(1)
+    _close(jax.jit(lambda x: opt(p, x))(x), cell(p, x))
+    _close(opt(p, x), cell(p, x))
+    p2 = jax.tree_util.tree_map(lambda a: a * 0.5, p)
+    for _ in range(2):  # new parameters, met first inside an eager scan body
+        ys = jax.lax.scan(lambda c, xi: (c, opt(p2, xi)), 0.0, x[None])[1]
+        _close(ys[0], cell(p2, x))
+    _close(opt(p2, x), cell(p2, x))
+    _close(opt(p, x), cell(p, x))
