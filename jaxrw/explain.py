@@ -188,6 +188,7 @@ def explain(
 def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
     from .api import _name
     from .rewrite.cost import get_cost_model
+    from .rewrite.run import bodies_row
 
     options = {
         k: _plain(getattr(opt, k)) for k in ("rules", "cost_model", "extractor", "numerics", "autotune")
@@ -206,6 +207,8 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         )
     status = "rewritten" if report.rewritten else "kept"
     note = report.guard_note
+    if any(b.rewritten for b in report.bodies):  # the table below maps the top level only
+        note = (note + "; " if note else "") + bodies_row(report.bodies)
     if report.autotune:
         note = (note + "; " if note else "") + f"autotune winner: {report.autotune.get('winner')}"
     ex = Explanation(

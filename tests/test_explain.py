@@ -269,3 +269,25 @@ def test_configure_logging_levels():
     finally:
         logger.setLevel(old_level)
         logger.handlers[:] = old_handlers
+
+
+def test_a_rewrite_inside_a_loop_body_is_named_in_the_note():
+    # the equation table maps the top level only: a scan whose body alone was rewritten still says
+    # so, with the rules fired in it
+    k = jax.random.split(jax.random.PRNGKey(0), 4)
+    w1, w2, w3 = (jax.random.normal(k[i], (16, 16)) for i in range(3))
+    xs = jax.random.normal(k[3], (5, 4, 16))
+
+    def f(w1, w2, w3, xs):
+        def body(c, x):
+            return c + jnp.tanh(x @ w1).sum() + jnp.tanh(x @ w2).sum(), jnp.tanh(x @ w3)
+
+        c, ys = jax.lax.scan(body, 0.0, xs)
+        return c + ys.sum()
+
+    opt = jaxrw.optimize(f, profile="h200")
+    report = opt.report(w1, w2, w3, xs)
+    assert any(b.rewritten for b in report.bodies)
+    ex = opt.explain(w1, w2, w3, xs)
+    assert "control-flow bodies rewritten (" in ex.note and "merge." in ex.note
+    assert "control-flow bodies rewritten" in str(ex)

@@ -125,7 +125,7 @@ class RewriteReport:
             + ([("hoisting", self.hoist_note)] if self.hoist_note else [])
             + ([("non-finite", self.nonfinite_note)] if self.nonfinite_note else [])
             + ([("schedule", self.schedule)] if self.schedule else [])
-            + ([("bodies", _bodies_row(self.bodies))] if self.bodies else [])
+            + ([("bodies", bodies_row(self.bodies))] if self.bodies else [])
         )
 
     def __repr__(self) -> str:
@@ -396,7 +396,8 @@ def _has_zero_size(jaxpr: Any) -> bool:
     return any(getattr(getattr(v, "aval", None), "size", 1) == 0 for v in values)
 
 
-def _bodies_row(bodies: list[RewriteReport]) -> str:
+def bodies_row(bodies: list[RewriteReport]) -> str:
+    """How many control-flow bodies were rewritten, with the rules fired in them."""
     done = [b for b in bodies if b.rewritten]
     fired: dict[str, int] = {}
     for b in done:
