@@ -35,16 +35,16 @@ FAST_ONLY = frozenset(
 )
 
 
-# Inexact rules that still keep every NaN and Inf where it was: inexact only through the sign of
-# a zero (a + 0 -> a, -(A@B)), the accumulation type of a dot, or the order of one sum of the same
-# products (a sum's non-finite result, NaN or which Inf, does not depend on its order). The
-# others distribute a product over a sum (factoring, reassociating a chain, moving a scale),
-# which changes which products are formed and can swap NaN and Inf: numerics="default" keeps
-# those away from values that reach a saturating function (nonfinite.py).
+# Inexact rules that still keep every NaN and Inf where it was: inexact only through the
+# accumulation type of a dot or the order of one sum of the same products (a sum's non-finite
+# result, NaN or which Inf, does not depend on its order). The others distribute a product over
+# a sum (factoring, reassociating a chain, moving a scale), which changes which products are
+# formed and can swap NaN and Inf, or change the sign of a zero (a + 0 -> a, (-A)@B -> -(A@B)),
+# which a divisor turns into the sign of an Inf (1/-0 = -inf, and exp of that is 0 where jax.jit
+# gives inf): numerics="default" keeps those away from values that reach a saturating function
+# (nonfinite.py).
 NONFINITE_SAFE = frozenset(
     {
-        "elementwise.add_zero",
-        "dot.neg_out",
         "dot.adopt_cfg",
         "reduce.split_sum",
         "reduce.diag_dot",

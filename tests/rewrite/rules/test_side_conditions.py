@@ -165,3 +165,16 @@ def test_real_identities_do_not_touch_complex_numbers(rule, fn):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback either
         np.testing.assert_allclose(jaxrw.optimize(fn, numerics="fast")(z), jax.jit(fn)(z), rtol=1e-5)
+
+
+@pytest.mark.parametrize("outer", [jnp.exp, jnp.tanh], ids=["exp", "tanh"])
+def test_a_sign_of_zero_change_stays_away_from_a_divisor(outer):
+    # (-A)@B -> -(A@B) gives -0 where jax.jit gives +0: 1/x makes that -inf against +inf
+    a = np.zeros((4, 4096), np.float32)  # wide enough that negating the product is cheaper
+    a[:, 0], a[:, 1] = 1, -1
+    args = (jnp.asarray(a), jnp.ones((4096, 1), jnp.float32))
+
+    def fn(a, b):
+        return outer(1.0 / ((-a) @ b))
+
+    np.testing.assert_array_equal(jaxrw.optimize(fn)(*args), jax.jit(fn)(*args))
