@@ -473,3 +473,19 @@ def test_verify_and_autotune_inside_an_outer_jit_with_captured_arrays(option, mo
     np.testing.assert_allclose(jax.jit(lambda: opt(a, b, v))(), chain(a, b, v), rtol=1e-4)
     assert not (tmp_path / "autotune.json").exists()  # timing a trace would store a wrong winner
     np.testing.assert_allclose(opt(a, b, v), chain(a, b, v), rtol=1e-4)
+
+
+def test_an_optimized_function_built_inside_a_jit_over_traced_weights():
+    # the weights are tracers of the outer jit, closed over by the function optimize sees: decode
+    # must not fold them as constants (found by a review)
+    rng = np.random.default_rng(0)
+    ws = [jnp.asarray(rng.standard_normal((32, 32)), jnp.float32) for _ in range(8)]
+    xs = jnp.asarray(rng.standard_normal((8, 4, 32)), jnp.float32)
+
+    def step(ws, xs):
+        f = jaxrw.optimize(lambda xs: jnp.stack([xs[i] @ w for i, w in enumerate(ws)]), strict=True)
+        return f(xs)
+
+    np.testing.assert_allclose(
+        jax.jit(step)(ws, xs), jnp.stack([x @ w for x, w in zip(xs, ws, strict=True)]), rtol=1e-4
+    )

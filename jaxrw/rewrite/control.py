@@ -72,7 +72,9 @@ def _loop_body(eqn: Any, rewrite: Rewriter, body_key: str, first: int, reports: 
     def run(vals: list[Any]) -> list[Any]:
         pre, consts, rest = vals[:first], vals[first : first + nc], vals[first + nc :]
         extra = hoisted.prologue(*[consts[i] for i in hoisted.slow])
-        extra_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in extra]
+        extra_specs = [
+            jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=compat.get_aval(x).weak_type) for x in extra
+        ]
 
         def body_fn(*xs: Any) -> list[Any]:  # (consts, extra, carry/xs) -> main(consts, carry/xs, extra)
             return hoisted.main(*xs[:nc], *xs[nc + k :], *xs[nc : nc + k])

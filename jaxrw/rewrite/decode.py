@@ -311,12 +311,14 @@ def _fold_constants(
     rest of the program reads (a stack of 32 weights is one concatenate of its 32 parts, not its
     31 prefixes). Eagerly even when decode runs inside a jit trace (optimize builds a signature
     while jax.jit traces its fast path): staged, the folded values would be tracers (found by
-    fuzzing)."""
+    fuzzing). Constants that are themselves tracers (closed over from an outer trace) are not
+    folded: they exist only in that trace."""
     foldable: set[str] = set()
     for c in order:
         n = nodes[c]
-        if n.op == "const":
-            ok = program.const_is_arg[n.attrs[0]]
+        if n.op == "const":  # not a tracer: arrays an outer jit closed over are evaluated in its trace
+            k = n.attrs[0]
+            ok = program.const_is_arg[k] and not compat.is_tracer(program.consts[k])
         else:
             parts = _operands(nodes, concat_parts, c)
             ok = (n.op in FOLDABLE or relayout(n, view)) and c not in original and bool(parts)

@@ -231,3 +231,24 @@ def test_jaxpr_cone_follows_inlined_calls_and_saturating_operands():
     assert {x, y, z} <= cone and w not in cone  # x, y reach tanh through the call; z divides
     cone_out = jaxpr_cone(closed.jaxpr, (2,), _inlined_body)
     assert w in cone_out  # w / z is an output that reaches a saturating op outside
+
+
+def test_values_hoisted_out_of_a_scan_keep_their_weak_type():
+    # a loop-invariant weak-typed input: the body built around the hoisted values must see it
+    # weak, or an output that depends on it changes type (found by a review)
+    rng = np.random.default_rng(0)
+    w1, w2 = (jnp.asarray(rng.standard_normal((16, 16)), jnp.float32) for _ in range(2))
+    wk = jnp.full((16, 16), 0.01)  # weak-typed float32
+    c0 = jnp.asarray(rng.standard_normal((4, 16)), jnp.float32)
+
+    def fn(w1, w2, wk, c0):
+        def body(c, _):
+            return jnp.tanh(c @ w1) + jnp.tanh(c @ w2) + c @ wk.T, wk.T + 0
+
+        return jax.lax.scan(body, c0, None, length=3)
+
+    got = jaxrw.optimize(fn, strict=True)(w1, w2, wk, c0)
+    want = jax.jit(fn)(w1, w2, wk, c0)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        assert g.dtype == w.dtype and g.weak_type == w.weak_type
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
