@@ -34,7 +34,7 @@ from ..errors import Interrupt
 from ..hoist import HANDOFF_AFTER
 from ..rewrite.measure import settle as settle_pairs
 from .case import Case, Instance
-from .report import AT_LEAST, paired_speedup, speedup_interval
+from .report import AT_LEAST, MATCHED, matched_speedup, paired_speedup, speedup_interval
 from .timing import measure
 
 __all__ = [
@@ -294,16 +294,13 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
     rec["speedup"] = base / v["jaxrw"]["median_s"] if "jaxrw" in v else None
     rec["speedup_paired"] = paired_speedup(rec)  # the same, as the median of per-round ratios
     rec["speedup_interval"] = speedup_interval(rec)  # its 95% interval (`settle`)
-    rec["speedup_in_jit"] = base / v["jaxrw@jit"]["median_s"] if "jaxrw@jit" in v else None
-    rec["hand_speedup"] = base / v["hand"]["median_s"] if "hand" in v else None
+    for key, name in MATCHED.items():  # hand, in-jit, bound, a second jax.jit: over their own rounds
+        if name in v or key in ("speedup_in_jit", "hand_speedup"):
+            rec[key] = matched_speedup(rec, name)
     if "jaxrw:new-args" in v:
         rec["speedup_new_args"] = v["jax.jit:new-args"]["median_s"] / v["jaxrw:new-args"]["median_s"]
         rec["speedup_new_args_paired"] = paired_speedup(rec, "jaxrw:new-args", "jax.jit:new-args")
         rec["speedup_new_args_interval"] = speedup_interval(rec, "jaxrw:new-args", "jax.jit:new-args")
-    if "jaxrw:bind" in v:
-        rec["speedup_bind"] = base / v["jaxrw:bind"]["median_s"]
-    if "jax.jit#2" in v:
-        rec["second_jit"] = base / v["jax.jit#2"]["median_s"]
     tol, e_jit = rec["tolerance"], v["jax.jit"]["rel_err"]
     rec["numerics_ok"] = all(
         v[n]["rel_err"] <= max(tol, 2 * e_jit) for n in ("jaxrw", "jaxrw@jit", "hand") if n in v

@@ -31,6 +31,7 @@ from .report import (
     stop_summary,
     summarize_suites,
     verdict,
+    with_matched_speedups,
 )
 
 __all__ = ["markdown", "optimization_table", "settled_line", "main"]
@@ -83,12 +84,10 @@ def markdown(result: dict) -> str:
         lines += [_row(_case_row(suite, r)) for r in result["cases"] if r["suite"] == suite]
         for s in summary.values():
             if s["suite"] == suite:
-                geo = [
-                    f"**{fmt_x(s['geomean_speedup'])}**",
-                    fmt_x(s["geomean_in_jit"]),
-                    "",
-                    fmt_x(s["geomean_hand"]),
-                ]
+                hand = fmt_x(s["geomean_hand"])
+                if s.get("with_hand") and s["with_hand"] < s["timed"]:  # not the same cases as jaxrw's
+                    hand += f" (jaxrw {fmt_x(s['geomean_speedup_with_hand'])} on these {s['with_hand']})"
+                geo = [f"**{fmt_x(s['geomean_speedup'])}**", fmt_x(s["geomean_in_jit"]), "", hand]
                 lines.append(_row([suite, f"**geomean** ({s['timed']} of {s['cases']})", "", "", "", *geo]
                                   + [""] * (len(HEADER) - 9)))  # fmt: skip
     lines.append("")
@@ -167,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as e:
             print(f"summarize: error: cannot read {path!r} as a jaxrw bench result: {e}", file=sys.stderr)
             return 2
+        # hand, in-jit, bound and second-jit speedups over their own rounds (older records divided
+        # medians over different rounds)
+        result["cases"] = [with_matched_speedups(r) for r in result["cases"]]
         if args.plot:
             Path(args.plot).mkdir(parents=True, exist_ok=True)
             plot(result, str(Path(args.plot) / f"{Path(path).stem}.png"))
