@@ -7,6 +7,9 @@ unknown-option-name cases; these go past them.)
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import jax
@@ -372,6 +375,23 @@ def test_limits_stop_saturation_and_say_which(limits, reasons):
     rep = opt.report(*ms)
     assert rep.stop_reason in reasons, rep
     np.testing.assert_allclose(opt(*ms), jax.jit(_chain)(*ms), rtol=1e-3, atol=1e-3)
+
+
+def test_a_graph_that_would_explode_in_one_iteration_stops_before_it():
+    # under "fast", (a@b)*0.0 grew 1.2k -> 29k nodes in one iteration and then ran for minutes in
+    # the next (the node limit is checked between iterations); run apart, so a regression fails
+    # instead of hanging the suite
+    code = (
+        "import jax.numpy as jnp, numpy as np, jaxrw\n"
+        "a = jnp.asarray(np.random.default_rng(0).standard_normal((4, 4)), jnp.float32)\n"
+        "opt = jaxrw.optimize(lambda a, b: (a @ b) * 0.0, numerics='fast', strict=True)\n"
+        "assert np.array_equal(np.asarray(opt(a, a)), np.zeros((4, 4)))\n"
+        "print(opt.report(a, a).stop_reason.value)\n"
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] in ("node limit", "saturated", "iteration limit")
 
 
 def test_a_long_program_is_optimized_within_default_limits():
