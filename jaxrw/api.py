@@ -173,9 +173,7 @@ class Optimized:
                     return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
             # new slow arrays, changing on every call: jax.jit's program (any shapes; under a trace
             # the full path below traces the hoisted program through instead)
-            elif not (
-                any(map(compat.is_tracer, h.pick_slow(leaves))) or compat.under_trace()
-            ) and h.wants_direct(ids):
+            elif not compat.traced(h.pick_slow(leaves)) and h.wants_direct(ids):
                 return self._run_direct(entry, args, kwargs)
         key = (in_tree, tuple(map(leaf_key, leaves)), statics)
         entry = self._cache.get(key)
@@ -191,11 +189,7 @@ class Optimized:
             self._fast_state = "off"  # its program runs through entry.call, not inlined
         if entry.fallback is not None or entry.handed_off:
             return self._jitted(*args, **kwargs)
-        if (
-            entry.schedule != "xla"
-            and entry.fn is not None
-            and (any(map(compat.is_tracer, leaves)) or compat.under_trace())
-        ):
+        if entry.schedule != "xla" and entry.fn is not None and compat.traced(leaves):
             # under an outer jit/grad/vmap the program is traced into the caller's; a schedule
             # applies to top-level calls only (XLA's concurrent mode cannot be nested in a jit)
             return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
@@ -217,7 +211,7 @@ class Optimized:
                 entry.hot.refresh(args, kwargs)
                 self._set_hot_path(entry.hot)
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
-        if self.verify and not (any(compat.is_tracer(x) for x in leaves) or compat.under_trace()):
+        if self.verify and not compat.traced(leaves):
             self._verify(result, args, kwargs)
         return result
 
@@ -456,7 +450,7 @@ class Optimized:
                 profile = get_profile(self.profile) if self.profile else default_profile(compat.device_kind())
             owners = leaf_owners(in_tree, kwargs, self.static_argnums, self.static_argnames)
             slow = slow_leaves(self, owners, leaves)
-            tune = self.autotune and not (any(compat.is_tracer(x) for x in leaves) or compat.under_trace())
+            tune = self.autotune and not compat.traced(leaves)
             result = rewrite_jaxpr(
                 closed,
                 rules=self.rules,

@@ -79,6 +79,11 @@ def under_trace() -> bool:
     return is_tracer(jax.numpy.zeros(()))
 
 
+def traced(values: Any) -> bool:
+    """Whether any of `values` is a tracer or jax is tracing here (`under_trace`)."""
+    return any(map(is_tracer, values)) or under_trace()
+
+
 def device_kind() -> str:
     """'cuda', 'rocm', 'tpu' or 'cpu' for the default backend."""
     platform = jax.default_backend()

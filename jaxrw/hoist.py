@@ -98,7 +98,7 @@ class HoistedCall:
 
     def __call__(self, *leaves: Any) -> Any:
         slow = list(self.pick_slow(leaves))
-        if any(compat.is_tracer(x) for x in slow) or compat.under_trace():
+        if compat.traced(slow):
             # in a trace the prologue's values are tracers: traced through, never cached
             return self.run(leaves, self.prologue(*slow), nested=True)
         ids = tuple(map(id, slow))
@@ -341,12 +341,7 @@ class HotPath:
             ids = tuple(map(id, slow))
             if not (cached and ids == self.ids and tree == lay.tree):
                 # new slow arrays, changing on every call: jax.jit's program (see HoistedCall)
-                if (
-                    slow
-                    and not any(map(compat.is_tracer, slow))
-                    and not compat.under_trace()
-                    and h.wants_direct(ids)
-                ):
+                if slow and not compat.traced(slow) and h.wants_direct(ids):
                     return opt._run_direct(self.entry, args, kwargs)
                 return MISS
             passed = lay.pick_passed(slow)

@@ -56,7 +56,7 @@ def _untimed(mode: str, leaves: Sequence[Any]) -> str:
         return ""
     if not _package().cuda_available():
         return "no CUDA device"
-    return "built under a trace" if any(map(compat.is_tracer, leaves)) or compat.under_trace() else ""
+    return "built under a trace" if compat.traced(leaves) else ""
 
 
 def for_program(
