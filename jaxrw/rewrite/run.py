@@ -229,12 +229,17 @@ def _count_fired(rep: Any, decl_names: dict[Any, str], report: RewriteReport) ->
 _BOOKKEEPING = (cone, touched, saturating_name, exact_dtype)  # marks, not e-nodes: not in limits.nodes
 
 
+def _size(eg: Any) -> int:
+    """The e-graph's rows that count against limits.nodes."""
+    return sum(n for f, n in eg.all_function_sizes() if f not in _BOOKKEEPING)
+
+
 def _run_main(
     eg: Any, rs: Any, decl_names: dict[Any, str], limits: Limits, report: RewriteReport, t0: float
 ) -> None:
     """Iterate the main ruleset until saturation or the first limit; record why it stopped."""
     report.stop_reason = StopReason.ITERATION_LIMIT
-    last = sum(n for f, n in eg.all_function_sizes() if f not in _BOOKKEEPING)
+    last = _size(eg)
     for i in range(limits.iterations):
         before_iteration = time.perf_counter() - t0
         rep = eg.run(run_schedule(rs) + analysis.saturate())
@@ -243,7 +248,7 @@ def _run_main(
         if not rep.updated:
             report.stop_reason = StopReason.SATURATED
             break
-        size = sum(n for f, n in eg.all_function_sizes() if f not in _BOOKKEEPING)
+        size = _size(eg)
         # also when the next iteration, growing the e-graph as this one did, would pass the limit:
         # the limit is only checked between iterations, and one egglog iteration cannot be cut
         # short (under "fast", (a@b)*0.0 grew 1.2k -> 29k nodes, then ran for minutes)

@@ -121,6 +121,9 @@ def _diag_dot(form):
             a_ = A if lc == 1 else Tensor.transpose(A, T2)
             b_ = B if rc == 1 else Tensor.transpose(B, T2)
             hadamard = Tensor.mul(a_, b_)
+            # the products in float32, as the dot makes them: a float16 program summed in float32
+            # may take this form too (its products cannot overflow there)
+            wide = Tensor.mul(*(Tensor.convert_element_type(t, F32) for t in (a_, b_)))
             conds = (rank(A, 2), rank(B, 2), *same_dtype(A, B, prod))
             for masked, extra in _masked(prod, form):
                 for axes, new_axes in (
@@ -128,10 +131,7 @@ def _diag_dot(form):
                     (_axes(0), _axes(1)),
                     (_axes(1), _axes(1)),
                 ):
-                    # the products in float32, as the dot makes them: all in float32, so a float16
-                    # program summed in float32 may take it too (its products cannot overflow there)
                     plain, *upcasts = _sum_of(masked, axes, LOW)
-                    wide = Tensor.mul(*(Tensor.convert_element_type(t, F32) for t in (a_, b_)))
                     for lhs, _, only in upcasts:
                         out.append(rewrite(lhs).to(sum_(wide, new_axes), *conds, *extra, *only))
                     # summed in its own dtype: the new, longer sum accumulates in float32 for
