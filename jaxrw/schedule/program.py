@@ -372,7 +372,7 @@ def _mark_joins(prog: Program) -> None:
 
 def _alias_root(prog: Program, v: int, outputs: set[int]) -> tuple[int, list[int]]:
     """Follow single-use alias ops backwards from `v` to the value that owns its bytes (stopping at
-    program outputs, which need bytes of their own)."""
+    program outputs, which need bytes of their own, and at values read elsewhere too)."""
     chain: list[int] = []
     while True:
         pid = prog.producer.get(v)
@@ -380,6 +380,8 @@ def _alias_root(prog: Program, v: int, outputs: set[int]) -> tuple[int, list[int
             return v, chain
         op = prog.ops[pid]
         if op.free or not _is_alias(prog, op) or len(prog.users.get(op.ins[0], [])) != 1:
+            return v, chain
+        if len(prog.users.get(v, [])) != 1:  # another reader needs the op that writes `v`
             return v, chain
         chain.append(pid)
         v = op.ins[0]

@@ -223,3 +223,21 @@ def test_whatever_the_validator_accepts_simulates_correctly(spec, k, data):
     want = [np.asarray(w) for w in jax.jit(f)(*args)]  # the compiled program, as above
     for seed in range(3):
         assert _matches(simulate(bad, args, seed=seed), want)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_a_reshaped_join_part_read_elsewhere_keeps_its_writer(k):
+    # r = (x@w).reshape(-1) feeds a concatenate and tanh(r): the reshape was made free as part of
+    # the join's alias chain, so r had no writer and tanh(r) no edge to x@w (an invalid plan)
+    def f(x, w, y, v):
+        r = (x @ w).reshape(-1)
+        j = jnp.concatenate([r, (y @ v).reshape(-1)])
+        return [j.sum(), jnp.tanh(r) * 2.0]
+
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(4)]
+    plan = plan_program(jax.make_jaxpr(f)(*args), H200, streams=k, costs=StreamCosts(sync_s=0.0, light_s=0.0))
+    check(plan)
+    want = [np.asarray(w) for w in jax.jit(f)(*args)]
+    for seed in range(3):
+        assert _matches(simulate(plan, args, seed=seed), want)
