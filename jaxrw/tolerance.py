@@ -24,14 +24,11 @@ def tolerance(dtype: Any) -> float:
 
 
 def relative_error(got: Any, want: Any) -> float:
-    """||got - want|| / ||want|| in float64 (0 when both are zero; inf when shapes differ or
-    NaN/Inf appear in one but not the other)."""
-    g = (
-        np.asarray(got, dtype=np.float64)
-        if np.asarray(got).dtype != bool
-        else np.asarray(got, dtype=np.float64)
-    )
-    w = np.asarray(want, dtype=np.float64)
+    """||got - want|| / ||want|| in float64, complex128 for complex values (0 when both are zero;
+    inf when shapes differ or NaN/Inf appear in one but not the other)."""
+    g, w = np.asarray(got), np.asarray(want)
+    wide = np.complex128 if np.iscomplexobj(g) or np.iscomplexobj(w) else np.float64  # keep imaginary parts
+    g, w = g.astype(wide), w.astype(wide)
     if g.shape != w.shape:
         return float("inf")
     gf, wf = np.isfinite(g), np.isfinite(w)

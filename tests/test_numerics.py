@@ -202,3 +202,10 @@ def _eqns(jaxpr):
         yield e
         for sub in jax.extend.core.jaxprs_in_params(e.params):
             yield from _eqns(sub)
+
+
+def test_the_relative_error_counts_imaginary_parts():
+    # complex results were cast to float64, which drops the imaginary part: 1+1j and 1-1j "agreed"
+    assert relative_error(np.array([1 + 1j]), np.array([1 - 1j])) == pytest.approx(np.sqrt(2))
+    assert relative_error(np.array([2j], np.complex64), np.array([2j])) == 0.0
+    assert relative_error(np.array([1.0, 2.0]), np.array([1.0, 2.0])) == 0.0
