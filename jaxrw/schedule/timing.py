@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..rewrite.measure import measure, round_ratios, time_interleaved
+from ..tolerance import relative_error, tolerance
 from ..rewrite.measure import time_calls as time_call  # a name of its own: tests stand in for it
 from .plan import ScheduleError
 
@@ -229,7 +230,8 @@ def pick_fastest(
     call (its compilation) took longer than COMPILE_LIMIT_S. `inputs`: concrete arguments to time
     on (the call's own, see `device_inputs`); default random ones of `flat_specs`.
     `predicted_peak`: bytes per candidate (a thunky plan's); one over PREDICTED_PEAK_FACTOR times
-    the bound is refused before it is compiled. A pick's peak against base's ends `notes`
+    the bound is refused before it is compiled. One whose results differ from base's by more than
+    `tolerance` is refused when it first runs. A pick's peak against base's ends `notes`
     ("peak memory +0.1%") where both are known."""
     notes = [] if notes is None else notes
     args = list(inputs) if inputs is not None else random_inputs(flat_specs)
@@ -262,6 +264,9 @@ def pick_fastest(
             first_call_s(f, time.perf_counter() - t)
             if [g.shape for g in got] != [w.shape for w in want]:
                 raise ScheduleError("outputs differ in shape from jax.jit's")
+            wrong = [i for i, (g, w) in enumerate(zip(got, want)) if relative_error(g, w) > tolerance(w.dtype)]
+            if wrong:  # a miscompiled or racing schedule: kept out, whatever its speed
+                raise ScheduleError(f"outputs {wrong} differ in value from jax.jit's")
             peak = None if memory_slack is None else peak_bytes(f, args)
             if limit is not None and peak is not None and peak > limit:
                 log.info(

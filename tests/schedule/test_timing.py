@@ -151,6 +151,20 @@ def test_a_candidate_is_judged_round_by_round(monkeypatch):
     assert timing.pick_fastest(base, {"xla-graphs": cand}, specs, "f") is None
 
 
+def test_a_faster_candidate_with_wrong_values_is_refused(monkeypatch):
+    # only the output shapes were compared: a schedule returning zeros (a miscompiled or racing
+    # one) was picked as long as it timed faster
+    specs = [jax.ShapeDtypeStruct((8,), np.float32)]
+    _rounds(monkeypatch, {"xla": [1.0] * 9, "thunky": [0.5] * 9})
+    notes: list[str] = []
+    picked = timing.pick_fastest(lambda x: x + 1, {"thunky": lambda x: x * 0}, specs, "f", notes=notes)
+    assert picked is None and notes == ["thunky failed"]
+    # the same speed with jax.jit's values (to float32 rounding) is picked
+    close = {"thunky": lambda x: (x + 1) * (1 + 1e-7)}
+    picked = timing.pick_fastest(lambda x: x + 1, close, specs, "f")
+    assert picked is not None and picked[0] == "thunky"
+
+
 def test_a_pick_needs_a_second_timing_to_agree(monkeypatch):
     from jaxrw.rewrite.measure import Timing
 
@@ -186,7 +200,7 @@ def test_a_pick_needs_a_second_timing_to_agree(monkeypatch):
 
 
 def test_without_a_memory_bound_nothing_is_compiled_for_peak_memory(monkeypatch):
-    base, cand = (lambda x: x + 1), (lambda x: x + 2)
+    base, cand = (lambda x: x + 1), (lambda x: 1 + x)  # one value, two functions
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
     _rounds(monkeypatch, {"xla": [1.0] * 9, "rewrite": [1.0 / 1.3] * 9})
     monkeypatch.setattr(timing, "peak_bytes", lambda f, args: pytest.fail("peak memory asked for"))
@@ -201,7 +215,7 @@ def test_without_a_memory_bound_nothing_is_compiled_for_peak_memory(monkeypatch)
 
 
 def test_a_candidate_predicted_far_over_the_memory_bound_is_not_compiled(monkeypatch):
-    base, cand = (lambda x: x + 1), (lambda x: x + 2)
+    base, cand = (lambda x: x + 1), (lambda x: 1 + x)  # one value, two functions
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
     _rounds(monkeypatch, {"xla": [1.0] * 9, "thunky": [1.0 / 1.3] * 9})
     monkeypatch.setattr(timing, "peak_bytes", lambda f, args: 100 << 20)
