@@ -203,6 +203,8 @@ def build_program(closed: Any, profile: Profile) -> Program:
 
     def new_value(aval: Any) -> int:
         vid = len(avals)
+        if not isinstance(aval.dtype, np.dtype):  # extended dtypes: PRNG keys (key<fry>)
+            raise ValueError(f"a value has dtype {aval.dtype}, which thunky buffers cannot hold")
         avals[vid] = (tuple(int(d) for d in aval.shape), np.dtype(aval.dtype))
         return vid
 

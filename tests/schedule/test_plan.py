@@ -137,6 +137,14 @@ def test_unschedulable_programs_raise_schedule_error():
     with pytest.raises(ScheduleError):
         plan_program(jax.make_jaxpr(f)(np.ones(3, np.float32)), H200)
 
+    # a typed PRNG key (any jax.random call wraps its raw key) raised TypeError, which the callers
+    # that keep XLA's schedule on ScheduleError let through
+    def g(k, w):
+        return [jax.random.normal(k, (4, 4)) @ w]
+
+    with pytest.raises(ScheduleError, match="key<fry>"):
+        plan_program(jax.make_jaxpr(g)(np.zeros(2, np.uint32), np.ones((4, 4), np.float32)), H200)
+
 
 def test_program_inlines_calls_and_custom_jvp():
     from jaxrw.schedule import build_program
