@@ -38,6 +38,7 @@ GREEDY_DAG_MAX_CLASSES = 4000
 ILP_MAX_NODES = 20_000
 ILP_TIME_LIMIT_S = 5.0
 ILP_GAP = 1e-4  # relative optimality gap at which HiGHS stops
+ILP_SCALE = 1e6  # greedy's program's cost in the ILP's units, far above HiGHS's absolute tolerances
 SHARE_BUDGET_S = 1.0  # time for `share` to improve a greedy choice
 
 
@@ -104,7 +105,7 @@ def find_cycle(view: EGraphView, choice: dict[str, str], roots: list[str]) -> li
 
 
 def dag_cost(view: EGraphView, choice: dict[str, str], costs: dict[str, float]) -> float:
-    return sum(costs[choice[c]] for c in reachable(view, choice, view.outputs))
+    return math.fsum(costs[choice[c]] for c in reachable(view, choice, view.outputs))
 
 
 def _worklist(view: EGraphView) -> tuple[dict[str, list[str]], deque[str], set[str]]:
@@ -156,15 +157,15 @@ def greedy_dag(view: EGraphView, costs: dict[str, float]) -> dict[str, str]:
         kids = set(n.children)
         if not all(k in best for k in kids):
             continue
-        if kids:
-            base = max(kids, key=lambda k: len(best[k][1]))
+        if kids:  # sorted: ties go the same way in every process (str hashes are salted)
+            base = max(sorted(kids), key=lambda k: len(best[k][1]))
             total, below = best[base][0], set(best[base][1])
             for k in kids:
                 if k != base:
                     extra = best[k][1] - below
                     if extra:
                         below |= extra
-                        total += sum(own[x] for x in extra)
+                        total += math.fsum(own[x] for x in extra)  # exact: no order to depend on
         else:
             total, below = 0.0, set()
         if c in below:
@@ -327,11 +328,16 @@ def _tree(view: EGraphView, costs: dict[str, float]) -> Extraction:
 
 
 def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float | None = None) -> Extraction:
-    """Exact DAG extraction as a 0-1 program solved by HiGHS, warm-started from greedy.
+    """Exact DAG extraction as a 0-1 program solved by HiGHS; greedy's program when it is not
+    cheaper or HiGHS gives no answer in time.
 
     Acyclicity is enforced lazily: solve, and while the chosen program has a cycle, forbid that
     cycle (at most len-1 of its nodes) and solve again. Cheaper than ordering variables for every
-    class, and the e-graphs jaxrw builds rarely offer a cycle worth taking."""
+    class, and the e-graphs jaxrw builds rarely offer a cycle worth taking. No warm start: with
+    greedy's program set as one (highspy 1.16), HiGHS reported a lower optimum but handed the
+    start back as its solution. Costs go in scaled so greedy's program costs ILP_SCALE: in seconds
+    (1e-7..1e-5 a node) they sat at HiGHS's absolute tolerances, and it stopped short of the
+    optimum. Rows are built in sorted order, so ties break alike in every process."""
     time_limit_s = ILP_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     start = _greedy(view, costs)
     try:
@@ -353,22 +359,20 @@ def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float | None = 
     h.setOptionValue("mip_rel_gap", ILP_GAP)
     inf = highspy.kHighsInf
     col = {nid: i for i, nid in enumerate(nids)}
+    scale = ILP_SCALE / start.cost if start.cost > 0 else 1.0
     for nid in nids:  # x_n in {0, 1}; a node reading its own class is never chosen
         self_loop = view.nodes[nid].eclass in view.nodes[nid].children
         h.addVar(0.0, 0.0 if self_loop else 1.0)
-        h.changeColCost(col[nid], costs[nid])
+        h.changeColCost(col[nid], costs[nid] * scale)
     h.changeColsIntegrality(len(nids), list(range(len(nids))), [highspy.HighsVarType.kInteger] * len(nids))
-    for root in set(view.outputs):
+    for root in sorted(set(view.outputs)):
         idx = [col[n] for n in view.classes[root]]
         h.addRow(1.0, inf, len(idx), idx, [1.0] * len(idx))
     for nid in nids:
-        for ch in set(view.nodes[nid].children):
+        for ch in sorted(set(view.nodes[nid].children)):
             members = [col[m] for m in view.classes[ch]]
             # x_n <= sum(x_m for m in child class)
             h.addRow(0.0, inf, len(members) + 1, [*members, col[nid]], [1.0] * len(members) + [-1.0])
-    warm = [0.0] * len(nids)
-    for c in reachable(view, start.choice, view.outputs):
-        warm[col[start.choice[c]]] = 1.0
     rounds = 0
     while True:
         left = time_limit_s - (time.perf_counter() - t0)
@@ -376,9 +380,6 @@ def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float | None = 
             start.note = f"ILP out of time after {rounds} rounds: greedy used"
             return start
         h.setOptionValue("time_limit", left)
-        sol = h.getSolution()
-        sol.col_value = warm
-        h.setSolution(sol)
         h.run()
         rounds += 1
         status = h.getModelStatus()
