@@ -108,6 +108,16 @@ def get_aval(x: Any) -> Any:
     return _core.get_aval(x)  # pragma: no cover - jax < 0.6
 
 
+def with_weak_type(x: Any, weak: bool) -> Any:
+    """`x` (an array or tracer) marked weakly typed or not, its dtype unchanged. jax has no public
+    way to make a value weak; lax's private converter (in 0.11 and 0.12) takes the flag."""
+    if bool(getattr(get_aval(x), "weak_type", False)) == weak:
+        return x
+    from jax._src.lax import lax as _lax
+
+    return _lax._convert_element_type(x, jax.numpy.result_type(x), weak_type=weak)
+
+
 def scan_num_consts(params: dict) -> int:
     """Loop-invariant operands of a scan. jax 0.11/0.12 describe the operands with a flat tree
     `ft_in` = (consts, carry, xs); older jax had `num_consts`."""

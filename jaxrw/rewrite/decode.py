@@ -243,13 +243,20 @@ def decode(
 
     def run(*args: Any) -> list[Any]:
         env = evaluate(list(args), dict(folded), order)
-        return [env[c] for c in view.outputs]
+        return _as_traced(program, [env[c] for c in view.outputs])
 
-    run.hoisted = _split(view, nodes, order, concat_parts, folded, evaluate) if view.slow else None  # type: ignore[attr-defined]
+    run.hoisted = _split(program, view, nodes, order, concat_parts, folded, evaluate) if view.slow else None  # type: ignore[attr-defined]
     return run
 
 
-def _split(view, nodes, order, concat_parts, folded, evaluate) -> Hoisted | None:
+def _as_traced(program: Program, outs: list[Any]) -> list[Any]:
+    """The outputs with the traced program's weak types: a rewrite can drop the only strongly
+    typed operand (x @ ones(4) -> sum(x) of a weak x) or bring in a strong scalar (y*3 + y ->
+    y*4), and a weak type decides how the caller's next operation promotes."""
+    return [compat.with_weak_type(x, bool(a.weak_type)) for x, a in zip(outs, program.out_avals, strict=True)]
+
+
+def _split(program, view, nodes, order, concat_parts, folded, evaluate) -> Hoisted | None:
     """Split at the classes built from constants and slow inputs by hoistable ops."""
     pro: set[str] = set()
     for c in order:
@@ -289,7 +296,7 @@ def _split(view, nodes, order, concat_parts, folded, evaluate) -> Hoisted | None
         env = dict(folded)
         env.update(zip(values, used_and_values[k:], strict=True))
         env = evaluate(args, env, main_order)
-        return [env[c] for c in view.outputs]
+        return _as_traced(program, [env[c] for c in view.outputs])
 
     def main(*leaves_and_values: Any) -> list[Any]:
         k = len(leaves_and_values) - len(values)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import jaxrw
 
 from jaxrw.rewrite.encode import encode
 from jaxrw.rewrite.profiles import CPU
@@ -67,3 +70,27 @@ def test_effects_are_refused_with_a_clear_error():
     closed = jax.make_jaxpr(f)(np.ones(3, np.float32))
     with pytest.raises(UnsupportedProgramError, match="side effects"):
         encode(closed)
+
+
+def _like_terms(x):
+    y = x @ x
+    return y * 3.0 + y
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        (lambda x: x @ jnp.ones((4,)), (3, 4)),  # x @ ones -> sum(x): the result stays strong
+        (_like_terms, (64, 64)),  # y*3 + y -> y*4, a strong 4: the result stays weak
+    ],
+    ids=["drops_strong", "adds_strong"],
+)
+def test_rewritten_outputs_keep_the_traced_weak_type(fn, shape):
+    # a weak input (jnp.full with a Python float): the rewrites changed the output's weak type, so
+    # the decode check refused them (a fallback to jax.jit; strict raised)
+    x = jnp.full(shape, 1.5)
+    opt = jaxrw.optimize(fn, strict=True, limits=dict(min_gain=0.0))  # kept however small the gain
+    got, want = opt(x), jax.jit(fn)(x)
+    assert opt.report(x).rewritten
+    assert got.weak_type == want.weak_type and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6)
