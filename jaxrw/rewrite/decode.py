@@ -191,10 +191,13 @@ DECODERS: dict[str, Callable[[_Ctx, Node, list[Any]], Any]] = {
 def _flatten_concats(view: EGraphView, choice: dict[str, str], node: Node) -> list[str]:
     """Operands of a left-nested chain of binary concats along one axis, as one n-ary concat."""
     axis = node.attrs[0]
-    left, right = node.children
-    ln = view.nodes[choice[left]]
-    parts = _flatten_concats(view, choice, ln) if ln.op == "concat" and ln.attrs[0] == axis else [left]
-    return [*parts, right]
+    rights = []
+    while True:  # a loop, not recursion: jnp.concatenate of 1,100 arrays is a chain of 1,099 links
+        left, right = node.children
+        rights.append(right)
+        node = view.nodes[choice[left]]
+        if node.op != "concat" or node.attrs[0] != axis:
+            return [left, *reversed(rights)]
 
 
 @dataclass

@@ -94,3 +94,15 @@ def test_rewritten_outputs_keep_the_traced_weak_type(fn, shape):
     assert opt.report(x).rewritten
     assert got.weak_type == want.weak_type and got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_concatenate_of_a_thousand_arrays_decodes():
+    # the encoder's left-nested chain of 1,099 links was flattened recursively: RecursionError in
+    # decode (strict raised; otherwise a fallback to jax.jit)
+    def f(xs):
+        return jnp.concatenate([x * 2.0 for x in xs]) @ jnp.ones((4,))
+
+    xs = [jnp.full((1, 4), float(i), dtype=jnp.float32) for i in range(1100)]
+    opt = jaxrw.optimize(f, strict=True, limits=dict(min_gain=0.0))
+    np.testing.assert_allclose(opt(xs), jax.jit(f)(xs), rtol=1e-6)
+    assert opt.report(xs).rewritten
