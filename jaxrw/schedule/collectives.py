@@ -251,11 +251,27 @@ def _shard_maps(jaxpr: Any) -> list[Any]:
     return out
 
 
+def _nested_collectives(params: dict) -> set[str]:
+    """Collectives in the bodies an op carries (a scan, while, cond or call), at any depth."""
+    found: set[str] = set()
+    for value in params.values():
+        for item in value if isinstance(value, tuple | list) else (value,):
+            jaxpr = getattr(item, "jaxpr", item)
+            for eqn in getattr(jaxpr, "eqns", ()):
+                if eqn.primitive.name in KINDS or eqn.primitive.name in UNMODELLED:
+                    found.add(eqn.primitive.name)
+                found |= _nested_collectives(eqn.params)
+    return found
+
+
 def _collectives(prog: Program, ids: np.ndarray, names: tuple[str, ...]) -> list[Collective]:
     out: list[Collective] = []
     for op in prog.ops:
         if op.name in UNMODELLED:
             raise ScheduleError(f"collective {op.name} is not modelled by collective plans")
+        inner = _nested_collectives(op.params)
+        if inner:  # one op here, so their traffic would be left out of every time
+            raise ScheduleError(f"collectives {sorted(inner)} inside {op.name} are not modelled by collective plans")
         if op.name not in KINDS:
             continue
         kind = KINDS[op.name]

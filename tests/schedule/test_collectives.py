@@ -227,6 +227,22 @@ def test_no_shard_map_is_an_error():
         plan_collectives(lambda x: x + 1.0, np.ones(3, np.float32))
 
 
+@pytest.mark.parametrize("wrap", ["fori_loop", "cond"])
+def test_collectives_inside_control_flow_are_refused(wrap):
+    # the plan saw one opaque scan/cond op and no collective: "0 collectives", and times that left
+    # the traffic out, accepted by check
+    def body(a):
+        step = lambda c: jax.lax.ppermute(c * 0.5, "x", RING)  # noqa: E731
+        if wrap == "fori_loop":
+            return jax.lax.fori_loop(0, 3, lambda i, c: step(c), a)
+        return jax.lax.cond(a.sum() > 0, step, lambda c: c, a)
+
+    mesh = _mesh()
+    f = _smap(body, mesh, P("x"), P("x"))
+    with pytest.raises(ScheduleError, match="ppermute.*not modelled"):
+        plan_collectives(f, _put(mesh, (16, 64), P("x")))
+
+
 # -- random programs and mutations ----------------------------------------------------------------
 
 NAMES = st.lists(st.sampled_from(sorted(OPS)), min_size=2, max_size=4)
