@@ -74,6 +74,8 @@ ALIASES = frozenset(
 )
 # XLA aligns entry parameters to 16 bytes; views that would break that stay ordinary ops.
 ALIGN_BYTES = 16
+# numpy gives these a byte per element; XLA packs them several to a byte, so buffer sizes differ
+SUB_BYTE_DTYPES = frozenset({"int2", "uint2", "int4", "uint4", "float4_e2m1fn"})
 # Threads an H200 keeps resident (132 SMs x 2048): an elementwise kernel smaller than this leaves
 # part of the machine idle.
 MACHINE_THREADS = 132 * 2048
@@ -248,7 +250,7 @@ def build_program(closed: Any, profile: Profile) -> Program:
     for v, (shape, dtype) in avals.items():
         if v not in used:
             continue
-        if dtype.itemsize == 0 or str(dtype) in ("int4", "uint4", "float4_e2m1fn"):
+        if dtype.itemsize == 0 or str(dtype) in SUB_BYTE_DTYPES:
             raise ValueError(f"value {v} has dtype {dtype}, which thunky buffers cannot hold")
         if 0 in shape:
             raise ValueError(f"value {v} has no elements (shape {shape})")

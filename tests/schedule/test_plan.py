@@ -146,6 +146,26 @@ def test_unschedulable_programs_raise_schedule_error():
         plan_program(jax.make_jaxpr(g)(np.zeros(2, np.uint32), np.ones((4, 4), np.float32)), H200)
 
 
+@pytest.mark.parametrize("dtype", ["int2", "uint2", "int4", "float4_e2m1fn"])
+def test_sub_byte_values_are_refused(dtype):
+    # numpy sizes them a byte per element; XLA packs them (int2 was let through)
+    from jaxrw.schedule import ScheduleError
+
+    x = np.zeros(8, np.float32)
+    closed = jax.make_jaxpr(lambda x: [x.astype(dtype).astype(np.float32) * 2])(x)
+    with pytest.raises(ScheduleError, match=dtype):
+        plan_program(closed, H200)
+
+
+@pytest.mark.parametrize("streams", [-1, 0, 2.0, True])
+def test_a_bad_stream_count_is_named(streams):
+    from jaxrw.errors import InvalidOptionError
+
+    closed = jax.make_jaxpr(lambda x: [x * 2])(np.ones(3, np.float32))
+    with pytest.raises(InvalidOptionError, match=f"streams={streams!r}"):
+        plan_program(closed, H200, streams=streams)
+
+
 def test_program_inlines_calls_and_custom_jvp():
     from jaxrw.schedule import build_program
 
