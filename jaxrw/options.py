@@ -9,7 +9,7 @@ from typing import Any
 from .errors import InvalidOptionError, check_argnums, check_choice, check_fraction, check_nonneg_int
 from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
-from .rewrite.profiles import Profile, get_profile
+from .rewrite.profiles import Profile, get_profile, profile_problem
 from .rewrite.run import NUMERICS, Limits
 
 SCHEDULES = ("auto", "xla", "streams")
@@ -56,6 +56,8 @@ def checked_options(
         get_profile(profile)  # raises naming the valid profiles
     elif profile is not None and not isinstance(profile, Profile):
         raise InvalidOptionError(f"profile must be a jaxrw.Profile or a profile name; got {profile!r}")
+    elif profile is not None and (problem := profile_problem(profile)):
+        raise InvalidOptionError(f"profile {profile.name!r}: {problem}")
     if not isinstance(autotune_k, int) or isinstance(autotune_k, bool) or autotune_k < 1:
         raise InvalidOptionError(f"autotune_k must be a positive int; got {autotune_k!r}")
     if isinstance(limits, dict):

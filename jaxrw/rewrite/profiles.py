@@ -139,6 +139,34 @@ def save_profile(profile: Profile, path: Path | None = None) -> Path:
     return path
 
 
+def profile_problem(prof: Profile) -> str | None:
+    """What makes `prof` unusable as a cost model's rates (zero, negative, NaN or absurd values,
+    which price work at nothing or infinity), or None."""
+    rates = {"vector_flops": prof.vector_flops, "bandwidth": prof.bandwidth}
+    rates.update({f"matmul_flops[{k!r}]": v for k, v in prof.matmul_flops.items()})
+    for name, r in rates.items():
+        if not (isinstance(r, int | float) and 0 < r < 1e18):
+            return f"{name}={r!r}: a rate in (0, 1e18)"
+    for name in ("launch_s", "call_s"):
+        v = getattr(prof, name)
+        if not (isinstance(v, int | float) and 0 <= v < 1):
+            return f"{name}={v!r}: seconds in [0, 1)"
+    if not (isinstance(prof.fused_share, int | float) and 0 <= prof.fused_share <= 1):
+        return f"fused_share={prof.fused_share!r}: a fraction in [0, 1]"
+    for k, e in prof.gemm_efficiency.items():
+        if not (isinstance(k, int) and isinstance(e, int | float) and 0 < e <= 1):
+            return f"gemm_efficiency[{k!r}]={e!r}: a fraction of the peak rate in (0, 1]"
+    return None
+
+
+def _flag(data: dict, key: str, default: bool) -> bool:
+    """A JSON true/false (bool("false") is True)."""
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}={value!r}: true or false")
+    return value
+
+
 def load_profile(path: Path) -> Profile | None:
     """A profile from JSON, or None (with a warning) when the file is missing fields or malformed."""
     try:
@@ -152,16 +180,14 @@ def load_profile(path: Path) -> Profile | None:
             launch_s=float(data["launch_s"]),
             gemm_efficiency={int(k): float(v) for k, v in data.get("gemm_efficiency", {}).items()},
             call_s=float(data.get("call_s", 0.0)),
-            transpose_folded=bool(data.get("transpose_folded", False)),
-            concat_chains=bool(data.get("concat_chains", Profile.concat_chains)),
+            transpose_folded=_flag(data, "transpose_folded", False),
+            concat_chains=_flag(data, "concat_chains", Profile.concat_chains),
             fused_share=float(data.get("fused_share", Profile.fused_share)),
             source=str(path),
         )
-        rates = [prof.vector_flops, prof.bandwidth, *prof.matmul_flops.values()]
-        if not all(r > 0 and r < 1e18 for r in rates) or not (
-            0 <= prof.launch_s < 1 and 0 <= prof.call_s < 1 and 0 <= prof.fused_share <= 1
-        ):
-            raise ValueError("rates out of range")
+        problem = profile_problem(prof)
+        if problem:
+            raise ValueError(problem)
         return prof
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         warnings.warn(f"jaxrw: ignoring malformed profile {path}: {e}", stacklevel=2)

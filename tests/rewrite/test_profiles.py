@@ -75,3 +75,35 @@ def test_fused_share_is_saved_loaded_and_bounded(tmp_path):
     path.write_text(json.dumps(data | {"fused_share": 1.5}))
     with pytest.warns(UserWarning, match="ignoring malformed profile"):
         assert profiles.load_profile(path) is None
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"gemm_efficiency": {"0": 0.0}}, "gemm_efficiency"),  # a ZeroDivisionError in every dot's price
+        ({"gemm_efficiency": {"0": -1.0}}, "gemm_efficiency"),  # a negative FLOP term: dots priced as copies
+        ({"gemm_efficiency": {"0": float("nan")}}, "gemm_efficiency"),
+        ({"transpose_folded": "false"}, "transpose_folded"),  # bool("false") loaded as True
+        ({"concat_chains": 0}, "concat_chains"),
+    ],
+)
+def test_a_saved_profile_out_of_range_is_ignored(tmp_path, change, named):
+    path = profiles.save_profile(profiles.H200, tmp_path / "p.json")
+    path.write_text(json.dumps(json.loads(path.read_text()) | change))
+    with pytest.warns(UserWarning, match=f"ignoring malformed profile .*{named}"):
+        assert profiles.load_profile(path) is None
+
+
+@pytest.mark.parametrize(
+    "change", [{"bandwidth": 0.0}, {"bandwidth": -8e9}, {"vector_flops": float("nan")}, {"gemm_efficiency": {0: 0.0}}]
+)
+def test_a_profile_object_out_of_range_is_named(change):
+    # only its type was checked: a zero bandwidth fell back at the first call, a negative one
+    # priced every copy below nothing without a word
+    import dataclasses
+
+    import jaxrw
+
+    bad = dataclasses.replace(profiles.CPU, **change)
+    with pytest.raises(InvalidOptionError, match=f"profile 'cpu': {next(iter(change))}"):
+        jaxrw.optimize(lambda a: a @ a, profile=bad)
