@@ -209,3 +209,30 @@ def test_the_relative_error_counts_imaginary_parts():
     assert relative_error(np.array([1 + 1j]), np.array([1 - 1j])) == pytest.approx(np.sqrt(2))
     assert relative_error(np.array([2j], np.complex64), np.array([2j])) == 0.0
     assert relative_error(np.array([1.0, 2.0]), np.array([1.0, 2.0])) == 0.0
+
+
+def test_strict_autotune_keeps_jax_jit_bits_whichever_candidate_wins(tmp_path, monkeypatch):
+    # XLA fuses a*b + a*c into an FMA with the first product: commuting the add (a rule tagged
+    # exact) rounded a third of float32 elements 1 ULP apart, and 3e38*-3e38 + 3e38*inf gave NaN
+    # where jax.jit gives inf. Every candidate autotune can keep under "strict" is forced in turn.
+    import json
+
+    from jaxrw.rewrite.autotune import cache_path
+
+    monkeypatch.setenv("JAXRW_CACHE_DIR", str(tmp_path))
+    assert "elementwise.commute" not in {r.name for r in select_rules(None, "strict")}
+
+    def f(a, b, c):
+        return a * b + a * c
+
+    rng = np.random.default_rng(0)
+    x = [_rand(rng, 4096) for _ in range(3)]
+    edge = [jnp.full(4, v, jnp.float32) for v in (3e38, -3e38, np.inf)]
+    cands = sorted(jaxrw.optimize(f, autotune=True, numerics="strict").report(*x).autotune["times"])
+    for cand in cands:
+        data = json.loads(cache_path().read_text())
+        cache_path().write_text(json.dumps({k: v | {"winner": cand} for k, v in data.items()}))
+        g = jaxrw.optimize(f, autotune=True, numerics="strict", strict=True)
+        for args in (x, edge):
+            assert np.array_equal(_bits(g(*args)), _bits(jax.jit(f)(*args))), cand
+        assert g.report(*x).autotune["winner"] == cand

@@ -45,6 +45,7 @@ FAST_ONLY = frozenset(
 # (nonfinite.py).
 NONFINITE_SAFE = frozenset(
     {
+        "elementwise.commute",  # exact but for which product XLA fuses into an FMA (elementwise.py)
         "dot.adopt_cfg",
         "reduce.split_sum",
         "reduce.diag_dot",
