@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,10 +59,7 @@ def _load(path: Path) -> dict[str, dict]:
         return {}
     try:
         data = json.loads(path.read_text())
-        if not isinstance(data, dict) or not all(
-            isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("winner"), str)
-            for k, v in data.items()
-        ):
+        if not isinstance(data, dict) or not all(isinstance(k, str) and _entry_ok(v) for k, v in data.items()):
             raise ValueError("unexpected structure")
         return data
     except (OSError, ValueError) as e:
@@ -68,11 +67,26 @@ def _load(path: Path) -> dict[str, dict]:
         return {}
 
 
+def _entry_ok(entry: Any) -> bool:
+    """An entry as _save writes it: a winner's name and median seconds per candidate."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("winner"), str):
+        return False
+    times = entry.get("times", {})
+    return isinstance(times, dict) and all(
+        isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t) for t in times.values()
+    )
+
+
 def _save(path: Path, data: dict[str, dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    tmp.replace(path)
+    """Write the cache; a failure (a read-only directory, a full disk) only warns: the choice
+    measured stands for this process."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # one per process: two writers never share it
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError as e:
+        warnings.warn(f"jaxrw: could not save the autotune choice to {path}: {e}", stacklevel=3)
 
 
 def autotune(

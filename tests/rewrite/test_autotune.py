@@ -51,3 +51,42 @@ def test_corrupted_cache_is_ignored_with_a_warning(_cache_dir):
     with pytest.warns(UserWarning, match="ignoring corrupted autotune cache"):
         f(A, B, v)
     assert json.loads((_cache_dir / "autotune.json").read_text())  # rewritten, valid
+
+
+def test_the_cache_key_holds_what_changes_the_candidates(_cache_dir):
+    # autotune_k, the hoisted arguments and the profile were not in the key: a winner timed among
+    # 2 candidates was reused for autotune_k=4, and for another program (hoisted) and profile
+    A, B, v = _args(2)
+    fn = lambda A, B, v: (A @ B) @ v  # noqa: E731
+    jaxrw.optimize(fn, autotune=True, autotune_k=1)(A, B, v)
+    for opts in ({"autotune_k": 4}, {"autotune_k": 1, "hoist_argnums": (1,)}, {"autotune_k": 1, "profile": "h200"}):
+        g = jaxrw.optimize(fn, autotune=True, **opts)
+        assert not g.report(A, B, v).autotune["cached"], opts
+    assert jaxrw.optimize(fn, autotune=True, autotune_k=1).report(A, B, v).autotune["cached"]
+
+
+def test_a_cache_that_cannot_be_written_keeps_the_measured_choice(tmp_path, monkeypatch):
+    # the write raised past autotune: the measured winner was thrown away for jax.jit (strict raised)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("JAXRW_CACHE_DIR", str(blocker / "jaxrw"))
+    A, B, v = _args(3)
+    f = jaxrw.optimize(lambda A, B, v: (A @ B) @ v, autotune=True, strict=True)
+    with pytest.warns(UserWarning, match="could not save the autotune choice"):
+        out = f(A, B, v)
+    np.testing.assert_allclose(out, (A @ B) @ v, rtol=1e-3, atol=1e-2)
+    assert f.report(A, B, v).autotune["winner"]
+
+
+@pytest.mark.parametrize("times", ["12", 5, {"original": "fast"}, {"original": float("nan")}])
+def test_an_entry_with_malformed_times_is_not_trusted(_cache_dir, times):
+    A, B, v = _args(4)
+    fn = lambda A, B, v: (A @ B) @ v  # noqa: E731
+    jaxrw.optimize(fn, autotune=True).report(A, B, v)
+    path = _cache_dir / "autotune.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({k: e | {"times": times} for k, e in data.items()}))
+    g = jaxrw.optimize(fn, autotune=True, strict=True)
+    with pytest.warns(UserWarning, match="ignoring corrupted autotune cache"):
+        rep = g.report(A, B, v)
+    assert not rep.autotune["cached"] and repr(rep)
