@@ -232,7 +232,7 @@ def case_notes(rec: dict) -> str:
     if unsettled:
         rounds = len(rec["variants"]["jaxrw"].get("samples_s") or [])
         parts.append(
-            f"{verdict(interval)} {AT_LEAST}x: by round {paired:.2f}x {_within(interval)}, {rounds} rounds"
+            f"{verdict(interval)} {AT_LEAST}x: by round {_times(paired)} {_within(interval)}, {rounds} rounds"
         )
     if rec.get("second_jit"):
         control = ""
@@ -254,6 +254,10 @@ def case_notes(rec: dict) -> str:
     if isinstance(tune, dict) and tune.get("winner"):
         parts.append(f"autotune: {tune['winner']}" + (" (cached)" if tune.get("cached") else ""))
     return "; ".join(parts)
+
+
+def _times(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}x"  # None: a record from before rounds were kept
 
 
 def _within(interval: tuple[float, float] | None) -> str:

@@ -114,6 +114,9 @@ def markdown(result: dict) -> str:
     bad = [r for r in cases if r["status"] == "ok" and not r.get("numerics_ok", True)]
     if bad:
         lines.append("Outside the error tolerance: " + ", ".join(f"{r['suite']}/{r['case']}" for r in bad))
+    hand = [r for r in cases if r["status"] == "ok" and not r.get("hand_numerics_ok", True)]
+    if hand:  # the suite's hand-written version, not jaxrw
+        lines.append("Hand-written versions outside it: " + ", ".join(f"{r['suite']}/{r['case']}" for r in hand))
     return "\n".join(lines)
 
 

@@ -229,3 +229,34 @@ def test_hand_speedup_is_taken_over_the_rounds_hand_ran_in():
     assert matched_speedup(rec, "hand") == pytest.approx(250 / 238)
     assert with_matched_speedups({**rec, "hand_speedup": 1.4})["hand_speedup"] == pytest.approx(250 / 238)
     assert matched_speedup(rec, "jaxrw:bind") is None
+
+
+def test_a_wrong_hand_version_is_not_counted_against_jaxrw():
+    # the hand-written version's error flagged the case's jaxrw cell and listed it as jaxrw's
+    # numerics failure
+    from jaxrw.bench.case import Case, Instance
+
+    def build(size, dtype):
+        def args(seed):
+            r = Rand(seed, dtype)
+            return r.weight(64, 64, 64), r.normal(64, 4)
+
+        return Instance(lambda A, v: A @ v, args, hand=lambda A, v: 1.1 * (A @ v), shape="n=64")
+
+    case = Case("wrong_hand", "algebra", build, "a hand version 10% off", ("float32",), False)
+    rec = runner.run_case(case, runner.Options(repeats=1, sample_s=1e-4, warmup=0, in_jit=False))
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["numerics_ok"] and rec["hand_numerics_ok"] is False
+
+
+def test_notes_of_a_record_without_rounds():
+    # older records carry medians but no samples: the unresolved note formatted None and raised
+    from jaxrw.bench.report import case_notes
+
+    rec = {
+        "case": "c",
+        "status": "ok",
+        "speedup": 1.1,
+        "variants": {"jax.jit": {"median_s": 1.1e-3}, "jaxrw": {"median_s": 1e-3}},
+    }
+    assert "unresolved" in case_notes(rec) and "by round —" in case_notes(rec)
