@@ -468,9 +468,14 @@ class Optimized:
             if tune and result.program is not None:  # not encoded (size limit): nothing to tune
                 from .rewrite.autotune import apply_autotune
 
-                extra = "|".join(  # everything that changes the candidates or what they run
-                    map(str, (self.rules, self.numerics, self.cost_model, self.extractor, self.autotune_k))
-                ) + f"|{sorted(slow)}|{profile}|{self.limits}"
+                extra = (
+                    "|".join(  # everything that changes the candidates or what they run
+                        map(
+                            str, (self.rules, self.numerics, self.cost_model, self.extractor, self.autotune_k)
+                        )
+                    )
+                    + f"|{sorted(slow)}|{profile}|{self.limits}"
+                )
                 apply_autotune(result, closed, flat, leaves, k=self.autotune_k, key_extra=extra)
             if result.fn is not None:
                 check_decoded(result.fn, specs, closed)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
@@ -18,7 +20,7 @@ SIZE_CHOICES = ("small", "large")
 DTYPE_CHOICES = ("float32", "bfloat16")
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
@@ -41,9 +43,28 @@ def _nonneg_float(text: str) -> float:
         v = float(text)
     except ValueError:
         v = -1.0
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}; valid: a number >= 0")
+    if not (v >= 0 and math.isfinite(v)):  # inf overflowed the timers of every case
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}; valid: a finite number >= 0")
     return v
+
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def _output_problem(path: str, option: str, suffixes: tuple[str, ...] = ()) -> str | None:
+    """Why `path` could not be written when the run ends (checked before it starts, so a long
+    run's results are not lost to a typo), or None."""
+    p = Path(path)
+    if p.is_dir():
+        return f"{option} {path!r} is a directory; give a file path"
+    if suffixes and p.suffix.lower() not in suffixes:
+        return f"{option} {path!r}: a file ending in {', '.join(suffixes)}"
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        return f"{option} {path!r}: {parent} is not a writable directory"
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,18 +97,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--json", metavar="PATH", default=None, help="write every sample and the environment as JSON"
     )
-    b.add_argument("--plot", metavar="PATH", default=None, help="write a PNG of the speedups (log scale)")
+    b.add_argument(
+        "--plot",
+        metavar="PATH",
+        default=None,
+        help="write a plot of the speedups (log scale): .png, .pdf or .svg",
+    )
     b.add_argument("--autotune", action="store_true", help="let jaxrw time its top candidates on this device")
-    b.add_argument("--repeats", type=_positive_int, default=5, help="samples per variant (default: 5)")
+    b.add_argument("--repeats", type=positive_int, default=5, help="samples per variant (default: 5)")
     b.add_argument(
         "--iterations",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="jaxrw's equality-saturation iterations per case (default: optimize's, 12)",
     )
     b.add_argument(
         "--max-rounds",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="rounds in all while jaxrw's speedup interval straddles 0.98x (default: --repeats at the "
         "small size, 6x --repeats at the large size)",
@@ -140,6 +166,11 @@ def _bench(args: argparse.Namespace) -> int:
     except InvalidOptionError as e:
         print(f"jaxrw bench: error: {e}", file=sys.stderr)
         return 2
+    for path, option, suffixes in ((args.json, "--json", ()), (args.plot, "--plot", PLOT_SUFFIXES)):
+        problem = path and _output_problem(path, option, suffixes)
+        if problem:
+            print(f"jaxrw bench: error: {problem}", file=sys.stderr)
+            return 2
     if args.plot:
         try:
             import matplotlib  # noqa: F401

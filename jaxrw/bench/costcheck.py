@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import compat
+from ..cli import positive_int
 from ..rewrite.measure import time_interleaved
 from ..rewrite.profiles import Profile, default_profile, get_profile
 from ..rewrite.run import rewrite_jaxpr
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", choices=["small", "large"], default="small")
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "both"], default="both")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--samples", type=int, default=7)
+    ap.add_argument("--samples", type=positive_int, default=7, help="timed samples per program (default: 7)")
     ap.add_argument("--profile", default=None, help="built-in profile name (default: calibrated or built-in)")
     ap.add_argument(
         "--rescore",

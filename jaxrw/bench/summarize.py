@@ -116,7 +116,9 @@ def markdown(result: dict) -> str:
         lines.append("Outside the error tolerance: " + ", ".join(f"{r['suite']}/{r['case']}" for r in bad))
     hand = [r for r in cases if r["status"] == "ok" and not r.get("hand_numerics_ok", True)]
     if hand:  # the suite's hand-written version, not jaxrw
-        lines.append("Hand-written versions outside it: " + ", ".join(f"{r['suite']}/{r['case']}" for r in hand))
+        lines.append(
+            "Hand-written versions outside it: " + ", ".join(f"{r['suite']}/{r['case']}" for r in hand)
+        )
     return "\n".join(lines)
 
 
@@ -156,16 +158,49 @@ def optimization_table(result: dict, suites: tuple[str, ...] = ("models",)) -> s
     return "\n".join(lines)
 
 
+META_KEYS = ("device", "platform", "size", "dtype", "jax", "date")
+CASE_KEYS = ("suite", "case", "status")
+
+
+def _check_result(result: object) -> None:
+    """Raise ValueError naming what a bench result lacks (the tables read these keys)."""
+    if not isinstance(result, dict) or not isinstance(result.get("meta"), dict):
+        raise ValueError("not an object with a 'meta' object")
+    if not isinstance(result.get("cases"), list):
+        raise ValueError("no 'cases' list")
+    missing = [k for k in META_KEYS if k not in result["meta"]]
+    if missing:
+        raise ValueError(f"'meta' lacks {missing}")
+    for i, r in enumerate(result["cases"]):
+        lacks = [k for k in CASE_KEYS if k not in r] if isinstance(r, dict) else list(CASE_KEYS)
+        if lacks:
+            raise ValueError(f"case {i} lacks {lacks}")
+
+
+def _plot_names(paths: list[str]) -> list[str]:
+    """A PNG name per file: its stem, with its folder's name where two files share a stem
+    (a/float32.json and b/float32.json would overwrite one plot)."""
+    stems = [Path(p).stem for p in paths]
+    return [
+        f"{Path(p).parent.name}-{stem}.png" if stems.count(stem) > 1 else f"{stem}.png"
+        for p, stem in zip(paths, stems, strict=True)
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.summarize", description=__doc__.splitlines()[0])
     ap.add_argument("json", nargs="+", help="result files written by `jaxrw bench --json`")
-    ap.add_argument("--plot", metavar="DIR", help="also write each file's plot as DIR/<name>.png")
+    ap.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="also write each file's plot as DIR/<name>.png (<folder>-<name>.png where names repeat)",
+    )
     args = ap.parse_args(argv)
+    plot_names = _plot_names(args.json)
     for i, path in enumerate(args.json):
         try:
             result = json.loads(Path(path).read_text())
-            if "meta" not in result or "cases" not in result:
-                raise ValueError("missing 'meta' or 'cases'")
+            _check_result(result)
         except (OSError, ValueError) as e:
             print(f"summarize: error: cannot read {path!r} as a jaxrw bench result: {e}", file=sys.stderr)
             return 2
@@ -174,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         result["cases"] = [with_matched_speedups(r) for r in result["cases"]]
         if args.plot:
             Path(args.plot).mkdir(parents=True, exist_ok=True)
-            plot(result, str(Path(args.plot) / f"{Path(path).stem}.png"))
+            plot(result, str(Path(args.plot) / plot_names[i]))
         if i:
             print()
         print(markdown(result))

@@ -59,7 +59,9 @@ def _load(path: Path) -> dict[str, dict]:
         return {}
     try:
         data = json.loads(path.read_text())
-        if not isinstance(data, dict) or not all(isinstance(k, str) and _entry_ok(v) for k, v in data.items()):
+        if not isinstance(data, dict) or not all(
+            isinstance(k, str) and _entry_ok(v) for k, v in data.items()
+        ):
             raise ValueError("unexpected structure")
         return data
     except (OSError, ValueError) as e:

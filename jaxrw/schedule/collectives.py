@@ -271,7 +271,9 @@ def _collectives(prog: Program, ids: np.ndarray, names: tuple[str, ...]) -> list
             raise ScheduleError(f"collective {op.name} is not modelled by collective plans")
         inner = _nested_collectives(op.params)
         if inner:  # one op here, so their traffic would be left out of every time
-            raise ScheduleError(f"collectives {sorted(inner)} inside {op.name} are not modelled by collective plans")
+            raise ScheduleError(
+                f"collectives {sorted(inner)} inside {op.name} are not modelled by collective plans"
+            )
         if op.name not in KINDS:
             continue
         kind = KINDS[op.name]

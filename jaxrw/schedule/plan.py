@@ -280,7 +280,9 @@ def plan_program(
     `streams=k` forces k lanes; otherwise k in 1, 2, 4, 8 (up to `max_streams`) is priced and the
     cheapest kept. `donate` lists flat input indices whose buffers the caller gives up."""
     if streams is not None and (isinstance(streams, bool) or not isinstance(streams, int) or streams < 1):
-        raise InvalidOptionError(f"streams={streams!r}: a number of streams ≥ 1, or None to price 1, 2, 4 and 8")
+        raise InvalidOptionError(
+            f"streams={streams!r}: a number of streams ≥ 1, or None to price 1, 2, 4 and 8"
+        )
     try:
         prog = closed if isinstance(closed, Program) else build_program(closed, profile)
     except ValueError as e:

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..rewrite.measure import measure, round_ratios, time_interleaved
-from ..tolerance import relative_error, tolerance
 from ..rewrite.measure import time_calls as time_call  # a name of its own: tests stand in for it
+from ..tolerance import relative_error, tolerance
 from .plan import ScheduleError
 
 __all__ = [
@@ -264,7 +264,11 @@ def pick_fastest(
             first_call_s(f, time.perf_counter() - t)
             if [g.shape for g in got] != [w.shape for w in want]:
                 raise ScheduleError("outputs differ in shape from jax.jit's")
-            wrong = [i for i, (g, w) in enumerate(zip(got, want)) if relative_error(g, w) > tolerance(w.dtype)]
+            wrong = [
+                i
+                for i, (g, w) in enumerate(zip(got, want, strict=True))
+                if relative_error(g, w) > tolerance(w.dtype)
+            ]
             if wrong:  # a miscompiled or racing schedule: kept out, whatever its speed
                 raise ScheduleError(f"outputs {wrong} differ in value from jax.jit's")
             peak = None if memory_slack is None else peak_bytes(f, args)

@@ -89,11 +89,61 @@ def test_summarize_redraws_the_plot_from_the_json(bench_run, tmp_path, capsys):
     assert "| algebra | chain_mv |" in capsys.readouterr().out
 
 
-def test_summarize_rejects_other_json(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ("{}", "'meta'"),
+        ("3", "'meta'"),  # these three raised TypeError/KeyError tracebacks
+        ('{"meta": {}, "cases": []}', "'meta' lacks"),
+        (
+            '{"meta": {"device": "d", "platform": "p", "size": "s", "dtype": "t", "jax": "j", "date": "x"},'
+            ' "cases": [{"suite": "a", "case": "b"}]}',
+            "case 0 lacks ['status']",
+        ),
+    ],
+)
+def test_summarize_rejects_other_json(tmp_path, capsys, text, named):
     bad = tmp_path / "x.json"
-    bad.write_text("{}")
+    bad.write_text(text)
     assert summarize.main([str(bad)]) == 2
-    assert "x.json" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "x.json" in err and named in err
+
+
+def test_summarize_plots_files_of_one_name_apart(bench_run, tmp_path):
+    # a/res.json and b/res.json wrote one res.png, the second over the first
+    _, js, _ = bench_run
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "res.json").write_text(js.read_text())
+    assert (
+        summarize.main(
+            [
+                str(tmp_path / "a" / "res.json"),
+                str(tmp_path / "b" / "res.json"),
+                "--plot",
+                str(tmp_path / "p"),
+            ]
+        )
+        == 0
+    )
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["a-res.png", "b-res.png"]
+
+
+@pytest.mark.parametrize(
+    "option, path, why",
+    [
+        ("--json", "{dir}", "is a directory"),  # found after every case had run: the results were lost
+        ("--plot", "{dir}/x.txt", "a file ending in .png, .pdf, .svg"),
+        ("--plot", "{dir}/noext", "a file ending in .png"),  # matplotlib wrote noext.png, "wrote noext" said
+    ],
+)
+def test_output_paths_are_checked_before_the_run(tmp_path, capsys, monkeypatch, option, path, why):
+    import jaxrw.bench.runner as runner
+
+    monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("ran before the path was checked"))
+    assert cli.main(["bench", "--case", "chain_mv", option, path.format(dir=tmp_path)]) == 2
+    assert why in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -105,7 +155,9 @@ def test_summarize_rejects_other_json(tmp_path, capsys):
         (["--repeats", "0"], "'0'", "a positive integer"),
         (["--max-rounds", "-3"], "'-3'", "a positive integer"),
         (["--iterations", "0"], "'0'", "a positive integer"),
-        (["--opt-timeout", "soon"], "'soon'", "a number >= 0"),
+        (["--opt-timeout", "soon"], "'soon'", "a finite number >= 0"),
+        (["--sample-ms", "inf"], "'inf'", "a finite number >= 0"),  # every case overflowed its timer
+        (["--budget", "1e400"], "'1e400'", "a finite number >= 0"),
     ],
 )
 def test_bad_option_names_value_and_valid_set(argv, bad, valid, capsys):

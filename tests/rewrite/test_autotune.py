@@ -59,7 +59,11 @@ def test_the_cache_key_holds_what_changes_the_candidates(_cache_dir):
     A, B, v = _args(2)
     fn = lambda A, B, v: (A @ B) @ v  # noqa: E731
     jaxrw.optimize(fn, autotune=True, autotune_k=1)(A, B, v)
-    for opts in ({"autotune_k": 4}, {"autotune_k": 1, "hoist_argnums": (1,)}, {"autotune_k": 1, "profile": "h200"}):
+    for opts in (
+        {"autotune_k": 4},
+        {"autotune_k": 1, "hoist_argnums": (1,)},
+        {"autotune_k": 1, "profile": "h200"},
+    ):
         g = jaxrw.optimize(fn, autotune=True, **opts)
         assert not g.report(A, B, v).autotune["cached"], opts
     assert jaxrw.optimize(fn, autotune=True, autotune_k=1).report(A, B, v).autotune["cached"]

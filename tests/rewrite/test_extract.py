@@ -434,7 +434,9 @@ def test_extraction_breaks_ties_alike_in_every_process():
     seen = set()
     for seed in range(4):
         env = dict(os.environ, PYTHONHASHSEED=str(seed), JAX_PLATFORMS="cpu")
-        out = subprocess.run([sys.executable, "-c", _TIES], env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", _TIES], env=env, capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         seen.add(out.stdout)
     assert len(seen) == 1, seen

@@ -95,7 +95,8 @@ def test_a_saved_profile_out_of_range_is_ignored(tmp_path, change, named):
 
 
 @pytest.mark.parametrize(
-    "change", [{"bandwidth": 0.0}, {"bandwidth": -8e9}, {"vector_flops": float("nan")}, {"gemm_efficiency": {0: 0.0}}]
+    "change",
+    [{"bandwidth": 0.0}, {"bandwidth": -8e9}, {"vector_flops": float("nan")}, {"gemm_efficiency": {0: 0.0}}],
 )
 def test_a_profile_object_out_of_range_is_named(change):
     # only its type was checked: a zero bandwidth fell back at the first call, a negative one

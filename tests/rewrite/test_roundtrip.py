@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import jaxrw
-
 from jaxrw.rewrite.encode import encode
 from jaxrw.rewrite.profiles import CPU
 from jaxrw.rewrite.run import rewrite_jaxpr
