@@ -466,17 +466,11 @@ class Optimized:
             if result.report.hoist_note and slow:
                 warnings.warn(f"jaxrw: {_name(self.fn)}: {result.report.hoist_note}", stacklevel=3)
             if tune and result.program is not None:  # not encoded (size limit): nothing to tune
-                from .rewrite.autotune import apply_autotune
+                from .rewrite.autotune import apply_autotune, options_key
+                from .schedule.timing import device_inputs  # not zeros (DESIGN.md)
 
-                extra = (
-                    "|".join(  # everything that changes the candidates or what they run
-                        map(
-                            str, (self.rules, self.numerics, self.cost_model, self.extractor, self.autotune_k)
-                        )
-                    )
-                    + f"|{sorted(slow)}|{profile}|{self.limits}"
-                )
-                apply_autotune(result, closed, flat, leaves, k=self.autotune_k, key_extra=extra)
+                key = options_key(self, sorted(slow), profile)
+                apply_autotune(result, closed, flat, device_inputs(leaves), k=self.autotune_k, key_extra=key)
             if result.fn is not None:
                 check_decoded(result.fn, specs, closed)
         except JaxrwError as e:

@@ -26,7 +26,7 @@ from .measure import time_interleaved
 from .profiles import cache_dir
 from .run import RewriteResult, original_classes
 
-__all__ = ["AutotuneChoice", "autotune", "apply_autotune", "program_key", "cache_path"]
+__all__ = ["AutotuneChoice", "autotune", "apply_autotune", "program_key", "cache_path", "options_key"]
 
 ORIGINAL = "original"
 
@@ -48,6 +48,22 @@ def program_key(closed: Any, extra: str = "") -> str:
     avals = [v.aval for v in closed.jaxpr.invars]
     text = f"{closed}|{avals}|{dev.platform}:{dev.device_kind}|jax {jax.__version__}"
     return hashlib.sha256((text + "|" + extra).encode()).hexdigest()
+
+
+def options_key(opt: Any, slow: list[int], profile: Any) -> str:
+    """What besides the program decides the candidates and what they run: optimize's options
+    (`opt`), the hoisted leaves and the profile."""
+    fields = (
+        opt.rules,
+        opt.numerics,
+        opt.cost_model,
+        opt.extractor,
+        opt.autotune_k,
+        slow,
+        profile,
+        opt.limits,
+    )
+    return "|".join(map(str, fields))
 
 
 def _fp_hash(fp: tuple) -> str:

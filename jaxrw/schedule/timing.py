@@ -145,8 +145,25 @@ def device_inputs(leaves: Sequence[Any]) -> list[Any]:
     """The call's own arguments as device arrays, to time candidates on: nothing to generate or
     compile (drawing random inputs compiled one small program per distinct shape, 1-2 s for a
     model's parameters, more than the candidates themselves). Non-jax leaves (numpy arrays, Python
-    scalars) are put on the device once, so no timed call pays a host transfer."""
-    return [x if isinstance(x, jax.Array) else jax.device_put(x) for x in leaves]
+    scalars) are put on the device once, so no timed call pays a host transfer. A floating leaf
+    that is all zeros (a zero-initialized weight) or holds a NaN or Inf is replaced by random
+    values of its shape: GEMMs on zeros run faster than on data, and non-finite values take
+    other paths (DESIGN.md: never time on zeros)."""
+    out = [x if isinstance(x, jax.Array) else jax.device_put(x) for x in leaves]
+    floats = [i for i, x in enumerate(out) if jnp.issubdtype(x.dtype, jnp.inexact) and x.size]
+    if not floats:
+        return out
+    flags = _degenerate([out[i] for i in floats])  # one program for all leaves: no compile per shape
+    for i, bad in zip(floats, np.asarray(flags), strict=True):
+        if bad:
+            out[i] = random_inputs([jax.ShapeDtypeStruct(out[i].shape, out[i].dtype)], seed=i)[0]
+    return out
+
+
+@jax.jit
+def _degenerate(xs: list[Any]) -> Any:
+    """Per leaf: all zeros, or some value not finite."""
+    return jnp.stack([jnp.all(x == 0) | ~jnp.all(jnp.isfinite(x)) for x in xs])
 
 
 def memory_parts(jitted: Any, args: Sequence[Any]) -> dict[str, int]:

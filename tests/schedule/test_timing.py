@@ -234,3 +234,15 @@ def test_a_candidate_predicted_far_over_the_memory_bound_is_not_compiled(monkeyp
         base, {"thunky": cand}, specs, "f", memory_slack=None, predicted_peak={"thunky": 10 * far}
     )
     assert picked is not None and picked[0] == "thunky"
+
+
+def test_candidates_are_not_timed_on_zeros_or_non_finite_values():
+    # the call's own arguments were used as they were: a zero-initialized weight flatters GEMMs
+    # (DESIGN.md: never time on zeros), and NaN/Inf take other paths
+    w = jnp.asarray(np.random.default_rng(0).standard_normal((8, 8)), jnp.float32)
+    zeros, nan = jnp.zeros((8, 8), jnp.bfloat16), jnp.full((3,), jnp.nan, jnp.float32)
+    idx = jnp.zeros((4,), jnp.int32)  # integers are indices: kept as they are
+    got = timing.device_inputs([w, zeros, nan, idx, np.ones(2, np.float32)])
+    assert got[0] is w and got[3] is idx and np.array_equal(got[4], np.ones(2))
+    assert got[1].dtype == zeros.dtype and got[1].shape == zeros.shape and bool(jnp.any(got[1] != 0))
+    assert got[2].shape == (3,) and bool(jnp.all(jnp.isfinite(got[2])))
