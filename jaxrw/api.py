@@ -29,7 +29,7 @@ from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, Limits, RewriteReport, rewrite_jaxpr
 from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
-from .signature import Entry, as_written, leaf_key, leaf_owners, spec, static_key
+from .signature import Entry, as_written, leaf_key, leaf_owners, spec, static_key, trace_config
 from .tolerance import relative_error, tolerance
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
@@ -406,9 +406,9 @@ class Optimized:
 
     # -- internals --------------------------------------------------------------------------
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
-        """(dynamic args and kwargs, hashable static values)."""
+        """(dynamic args and kwargs, hashable static values and the config that changes a trace)."""
         if not (kwargs or self.static_argnums):
-            return (args, {}), ()
+            return (args, {}), trace_config()
         static_pos = set(self.static_argnums)
         dyn_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
         statics = []
@@ -421,7 +421,7 @@ class Optimized:
                 statics.append((k, static_key(v, f"argument {k!r}")))
             else:
                 dyn_kwargs[k] = v
-        return (dyn_args, dyn_kwargs), tuple(statics)
+        return (dyn_args, dyn_kwargs), (*statics, *trace_config())
 
     def _flat_fn(self, args: tuple, kwargs: dict, in_tree: Any) -> Callable:
         static_pos = set(self.static_argnums)

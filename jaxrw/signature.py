@@ -71,8 +71,15 @@ def spec(x: Any) -> Any:
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False))
 
 
+def trace_config() -> tuple:
+    """The settings that change what a function traces to, as jax.jit keys its cache on them:
+    64-bit types (jnp.arange is int64 under x64) and the default matmul precision."""
+    return (("x64", jax.config.jax_enable_x64), ("precision", jax.config.jax_default_matmul_precision))
+
+
 def static_key(v: Any, what: str) -> Any:
-    """A static argument as a cache key: it must be hashable."""
+    """A static argument as a cache key: it must be hashable, and is keyed with its type, as
+    jax.jit keys it (1, 1.0 and True are equal in Python but trace differently)."""
     try:
         hash(v)
     except TypeError as e:
@@ -80,7 +87,7 @@ def static_key(v: Any, what: str) -> Any:
             f"static {what} must be hashable; got {type(v).__name__} {v!r} (valid: hashable values such as "
             "int, str, tuple)"
         ) from e
-    return v
+    return (type(v), v)
 
 
 def leaf_owners(in_tree: Any, kwargs: dict, static_argnums: Any, static_argnames: Any) -> list[int | str]:

@@ -489,3 +489,37 @@ def test_an_optimized_function_built_inside_a_jit_over_traced_weights():
     np.testing.assert_allclose(
         jax.jit(step)(ws, xs), jnp.stack([x @ w for x, w in zip(xs, ws, strict=True)]), rtol=1e-4
     )
+
+
+def test_static_values_equal_in_python_but_of_other_types_trace_apart():
+    # 1, 1.0 and True are equal and hash alike: k=1.0 reused k=1's program (an int32 result
+    # where jax.jit gives float32), as jax.jit does not
+    a = jnp.asarray(np.random.default_rng(0).standard_normal((64, 64)), jnp.float32)
+    v = jnp.ones((64,), jnp.float32)
+
+    def f(a, w, k):
+        return (a @ a) @ w, jnp.asarray(k)
+
+    opt, jit = jaxrw.optimize(f, static_argnums=2, strict=True), jax.jit(f, static_argnums=2)
+    for k in (1, 1.0, True):
+        got, want = opt(a, v, k)[1], jit(a, v, k)[1]
+        assert got.dtype == want.dtype and got.weak_type == want.weak_type, k
+
+
+def test_turning_on_64_bit_types_traces_again():
+    # the signature cache ignored jax_enable_x64: arange stayed int32 where jax.jit gives int64
+    a = jnp.asarray(np.random.default_rng(0).standard_normal((64, 64)), jnp.float32)
+    v = jnp.ones((64,), jnp.float32)
+
+    def f(a, w):
+        return (a @ a) @ w, jnp.arange(3)
+
+    opt = jaxrw.optimize(f, strict=True)
+    assert opt(a, v)[1].dtype == jnp.int32
+    jax.config.update("jax_enable_x64", True)
+    try:
+        got, want = opt(a, v)[1], jax.jit(f)(a, v)[1]
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    assert got.dtype == want.dtype == np.int64
+    assert opt(a, v)[1].dtype == jnp.int32
