@@ -382,7 +382,9 @@ class Optimized:
 
     def bind(self, *args: Any, **kwargs: Any) -> Callable[..., Any]:
         """Fix the hoisted arguments to these arrays: returns a function of the other arguments
-        whose calls go through jax's C++ dispatch with the hoisted work done once (jaxrw.hoist)."""
+        whose calls go through jax's C++ dispatch with the hoisted work done once (jaxrw.hoist).
+        Pass every argument once, as for a call (`bind(params, x)`): the others give the signature
+        the returned function is built for."""
         from .hoist import bind
 
         return bind(self, args, kwargs)
@@ -568,8 +570,9 @@ def optimize(
     bit-identical to jax.jit, up to the order XLA sums a transposed or merged dot in); "default"
     also reassociates and factors: each result stays within n*u/(1 - n*u) * |f|(|x|) of the exact
     value, the bound of evaluating the same sums and products in any order (n the roundings on a
-    path, u the dtype's unit roundoff), and non-finite results stay non-finite unless a saturating
-    function (tanh, exp of -inf, comparisons) follows a factored sum; "fast" adds identities
+    path, u the dtype's unit roundoff), and a result is finite where jax.jit's is (inexact rules
+    leave values that reach a saturating function, tanh, exp, max or a comparison, as written;
+    a NaN may become an Inf); "fast" adds identities
     that hold for finite values only (A@0 -> 0, I@A -> A, log(exp(a)) -> a). Limits cap the
     e-graph (iterations, nodes, time) and the program size (`equations`). `verify=True` checks
     every concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;

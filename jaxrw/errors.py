@@ -25,7 +25,7 @@ class UnsupportedProgramError(JaxrwError):
 
 
 class RewriteStageError(JaxrwError):
-    """An internal stage (encode, rewrite, extract, decode, schedule) failed."""
+    """An internal stage (encode, rewrite, extract, decode, schedule, compile) failed."""
 
     def __init__(self, stage: str, cause: BaseException):
         self.stage = stage
