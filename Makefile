@@ -1,5 +1,6 @@
 # The two commands: `make bench` and `make test`. Both build .venv with a Python >= 3.12 found on
-# this machine: python3.12/python3.13/python3 on PATH, else the oldest pyenv install of 3.12 or later (the version jax and egglog were tested on).
+# this machine: python3.12/python3.13/python3 on PATH, else the oldest pyenv install of 3.12 or
+# later (the version jax and egglog were tested on).
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
