@@ -222,7 +222,8 @@ def _bench(args: argparse.Namespace) -> int:
         for s in result["summary"].values():
             if s["slower"] or s["errors"] or s["not_timed"] or s["skipped"]:
                 console.print(
-                    f"{s['suite']}/{s['dtype']}: median speedup under {SLOWER:.2f}x: {', '.join(s['slower']) or 'none'}"
+                    f"{s['suite']}/{s['dtype']}: median speedup under {SLOWER:.2f}x: "
+                    + (", ".join(s["slower"]) or "none")
                     + (f"; errors: {', '.join(s['errors'])}" if s["errors"] else "")
                     + (f"; not timed: {', '.join(s['not_timed'])}" if s["not_timed"] else "")
                     + (f"; skipped: {', '.join(s['skipped'])}" if s["skipped"] else "")
