@@ -260,3 +260,17 @@ def test_notes_of_a_record_without_rounds():
         "variants": {"jax.jit": {"median_s": 1.1e-3}, "jaxrw": {"median_s": 1e-3}},
     }
     assert "unresolved" in case_notes(rec) and "by round —" in case_notes(rec)
+
+
+def test_numerics_where_jax_jit_itself_overflows():
+    # the bound max(tol, 2 x jax.jit's error) is infinite where jax.jit's result is not finite and
+    # float64's is: any jaxrw result passed. It must now be close to float64's result or jax.jit's.
+    inf, tol = float("inf"), 5e-3
+    v = {"jax.jit": {"rel_err": inf}, "jaxrw": {"rel_err": inf, "rel_err_vs_jit": 0.0}}
+    assert runner.numerics_ok(v, tol)  # jax.jit's own overflow, reproduced
+    v["jaxrw"] = {"rel_err": 1e-7, "rel_err_vs_jit": inf}
+    assert runner.numerics_ok(v, tol)  # finite where jax.jit overflowed, and right
+    v["jaxrw"] = {"rel_err": 0.5, "rel_err_vs_jit": inf}
+    assert not runner.numerics_ok(v, tol)  # neither: wrong
+    v = {"jax.jit": {"rel_err": 1e-3}, "jaxrw": {"rel_err": 1.9e-3}, "hand": {"rel_err": 0.1}}
+    assert runner.numerics_ok(v, 1e-4) and not runner.numerics_ok(v, 1e-4, ("hand",))
