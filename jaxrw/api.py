@@ -101,6 +101,7 @@ class Optimized:
         self.static_argnums, self.static_argnames = both_spellings(
             self.fn, self.static_argnums, self.static_argnames
         )
+        self._donate_names = both_spellings(self.fn, self.donate_argnums, ())[1]  # passed by keyword
         self._jitted = jax.jit(
             self.fn,
             static_argnums=self.static_argnums,
@@ -130,6 +131,7 @@ class Optimized:
             static_argnums=self.static_argnums,
             static_argnames=self.static_argnames,
             donate_argnums=self.donate_argnums,
+            donate_argnames=self._donate_names,  # `inline` takes *args: jit cannot map them itself
         )
         fast, self._fast_nested = without_frame(fast)
         return fast
@@ -491,7 +493,7 @@ class Optimized:
         report = result.report
         log.debug("jaxrw %s: %r", _name(self.fn), report)
         kept = (closed, result, profile) if self._keep else None
-        donate = tuple(i for i, o in enumerate(owners) if o in self.donate_argnums)
+        donate = tuple(i for i, o in enumerate(owners) if o in self.donate_argnums or o in self._donate_names)
         hoisted = getattr(result.fn, "hoisted", None)
         from .schedule import ScheduleUnavailableError, choice
 

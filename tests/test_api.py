@@ -523,3 +523,17 @@ def test_turning_on_64_bit_types_traces_again():
         jax.config.update("jax_enable_x64", False)
     assert got.dtype == want.dtype == np.int64
     assert opt(a, v)[1].dtype == jnp.int32
+
+
+def test_a_donated_argument_passed_by_keyword_is_donated():
+    # donate_argnums was matched against leaf positions only, and the fast path's jit takes *args:
+    # x=... was never donated, as jax.jit donates it
+    def f(x, w):
+        return (x @ w) @ w + x
+
+    w = jnp.ones((64, 64))
+    opt, jit = jaxrw.optimize(f, donate_argnums=0, strict=True), jax.jit(f, donate_argnums=0)
+    for call in (lambda g, x: g(x=x, w=w), lambda g, x: g(x, w=w), lambda g, x: g(x, w)):
+        x, y = jnp.ones((64, 64)), jnp.ones((64, 64))
+        call(opt, x), call(jit, y)
+        assert x.is_deleted() == y.is_deleted() == True  # noqa: E712

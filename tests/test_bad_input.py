@@ -209,6 +209,11 @@ def test_donated_arguments_of_a_rewritten_program():
         assert a_copy.is_deleted() and not b.is_deleted() and not c.is_deleted()
         with pytest.raises(RuntimeError, match="deleted|donated"):
             opt(2.0, a_copy, b, c)  # the user's mistake surfaces as jax.jit's own error
+    a_kw = jnp.array(a, copy=True)  # the same argument by keyword: donated too, as jax.jit does
+    np.testing.assert_allclose(opt(2.0, a=a_kw, b=b, c=c), want, rtol=1e-5, atol=1e-5)
+    assert opt.report(2.0, a=a, b=b, c=c).rewritten
+    if jax.default_backend() == "cpu" or a_kw.is_deleted():
+        assert a_kw.is_deleted() and not b.is_deleted()
 
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")  # w has no output to alias
