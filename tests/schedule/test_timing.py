@@ -163,6 +163,11 @@ def test_a_faster_candidate_with_wrong_values_is_refused(monkeypatch):
     close = {"thunky": lambda x: (x + 1) * (1 + 1e-7)}
     picked = timing.pick_fastest(lambda x: x + 1, close, specs, "f")
     assert picked is not None and picked[0] == "thunky"
+    # PRNG keys are compared by their bits (relative_error cannot read them)
+    keyed = lambda x: (x + 1, jax.random.key(0))  # noqa: E731
+    picked = timing.pick_fastest(keyed, {"thunky": lambda x: (1 + x, jax.random.key(0))}, specs, "f")
+    assert picked is not None and picked[0] == "thunky"
+    assert timing.pick_fastest(keyed, {"thunky": lambda x: (x + 1, jax.random.key(1))}, specs, "f") is None
 
 
 def test_a_pick_needs_a_second_timing_to_agree(monkeypatch):
