@@ -82,11 +82,14 @@ def rank(t, r: int):
 
 
 def rand(rng, shape_, dt):
-    """Random inputs of a dtype: normal floats, small integers (so int32 products stay exact)."""
+    """Random inputs of a dtype: normal floats (complex: both parts), small integers (so int32
+    products stay exact)."""
     import jax.numpy as jnp
 
     if np.dtype(jnp.dtype(dt)).kind in "iu":
         return jnp.asarray(rng.integers(-4, 5, size=shape_).astype(np.int32)).astype(dt)
+    if np.dtype(jnp.dtype(dt)).kind == "c":  # both parts random: the test of complex rules
+        return jnp.asarray(rng.standard_normal(shape_) + 1j * rng.standard_normal(shape_)).astype(dt)
     return jnp.asarray(rng.standard_normal(shape_).astype(np.float32)).astype(dt)
 
 

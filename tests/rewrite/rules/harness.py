@@ -40,8 +40,9 @@ def tolerance(dtype: Any) -> float:
 
 
 def rel_err(got: Any, want: Any) -> float:
-    g = np.asarray(got, np.float64)
-    w = np.asarray(want, np.float64)
+    wide = np.complex128 if np.iscomplexobj(got) or np.iscomplexobj(want) else np.float64
+    g = np.asarray(got).astype(wide)  # complex kept whole: float64 would drop the imaginary part
+    w = np.asarray(want).astype(wide)
     assert g.shape == w.shape, (g.shape, w.shape)
     den = np.linalg.norm(w)
     return float(np.linalg.norm(g - w) / (den if den > 0 else 1.0))
@@ -79,12 +80,15 @@ def run_rules(fn, args, rules, limits: Limits = SMALL) -> Saturated:
 
 
 def reference(fn, args) -> list[np.ndarray]:
-    """The program evaluated in float64 (int64 for integer inputs) with NumPy-backed jax."""
+    """The program evaluated in float64 (int64 for integer inputs, complex128 for complex) with
+    NumPy-backed jax."""
 
     def wide(x):
         x = np.asarray(x)
         if x.dtype.kind in "iu":
             return x.astype(np.int64)
+        if x.dtype.kind == "c":
+            return x.astype(np.complex128)
         return np.asarray(x, dtype=np.float32).astype(np.float64)
 
     with jax.enable_x64(True):
