@@ -161,9 +161,10 @@ def device_inputs(leaves: Sequence[Any]) -> list[Any]:
     if not floats:
         return out
     flags = _degenerate([out[i] for i in floats])  # one program for all leaves: no compile per shape
-    for i, bad in zip(floats, np.asarray(flags), strict=True):
-        if bad:
-            out[i] = random_inputs([jax.ShapeDtypeStruct(out[i].shape, out[i].dtype)], seed=i)[0]
+    bad = [i for i, flag in zip(floats, np.asarray(flags), strict=True) if flag]
+    fresh = random_inputs([jax.ShapeDtypeStruct(out[i].shape, out[i].dtype) for i in bad]) if bad else []
+    for i, x in zip(bad, fresh, strict=True):
+        out[i] = x
     return out
 
 
