@@ -17,6 +17,7 @@ from jaxrw.errors import InvalidOptionError
 from jaxrw.rewrite.cost import COST_MODELS, FUSIBLE, get_cost_model
 from jaxrw.rewrite.extract import (
     EXTRACTORS,
+    _live_classes,
     dag_cost,
     find_cycle,
     get_extractor,
@@ -315,23 +316,13 @@ def test_index_generated_operands_are_free_when_fused_and_paid_when_a_gemm_reads
 
 def _optimum(view, costs):
     """The cheapest acyclic program, by trying every choice (small e-graphs only)."""
-    live = sorted(_live(view))
+    live = _live_classes(view)  # the classes the outputs reach, sorted
     best = float("inf")
     for combo in itertools.product(*[view.classes[c] for c in live]):
         choice = dict(zip(live, combo, strict=True))
         if find_cycle(view, choice, view.outputs) is None:
             best = min(best, dag_cost(view, choice, costs))
     return best
-
-
-def _live(view):
-    seen, stack = set(), list(view.outputs)
-    while stack:
-        c = stack.pop()
-        if c not in seen:
-            seen.add(c)
-            stack.extend(ch for nid in view.classes[c] for ch in view.nodes[nid].children)
-    return seen
 
 
 # found by a review: greedy's program set as HiGHS's warm start came back as its "optimal" solution
