@@ -53,7 +53,14 @@ def measure(name: str, calls: int, repeats: int) -> dict:
         bare.append(timeit.timeit(lambda: _noop(values, (), *fast), number=calls) / calls * 1e9)
     leaves = len(jax.tree_util.tree_leaves(args[0]))
     w, b = statistics.median(wrapped), statistics.median(bare)
-    return {"case": name, "size": SIZES[name], "leaves": leaves, "call_ns": w, "bare_ns": b, "python_ns": w - b}
+    return {
+        "case": name,
+        "size": SIZES[name],
+        "leaves": leaves,
+        "call_ns": w,
+        "bare_ns": b,
+        "python_ns": w - b,
+    }
 
 
 def main() -> None:
@@ -65,8 +72,14 @@ def main() -> None:
     a = ap.parse_args()
     case.load_suites()
     rows = [measure(n, a.calls, a.repeats) for n in a.case]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    meta = {"commit": commit, "machine": platform.processor() or platform.machine(), "date": time.strftime("%F")}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    meta = {
+        "commit": commit,
+        "machine": platform.processor() or platform.machine(),
+        "date": time.strftime("%F"),
+    }
     meta["jax"] = jax.__version__
     if a.json:
         with open(a.json, "w") as f:

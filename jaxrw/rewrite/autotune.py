@@ -22,11 +22,19 @@ import jax
 
 from .decode import decode
 from .extract import alternatives, fingerprint
-from .measure import time_interleaved
+from .measure import Timing, paired_ratio, time_interleaved
 from .profiles import cache_dir
 from .run import RewriteResult, original_classes
 
-__all__ = ["AutotuneChoice", "autotune", "apply_autotune", "program_key", "cache_path", "options_key"]
+__all__ = [
+    "AutotuneChoice",
+    "autotune",
+    "measured_winner",
+    "apply_autotune",
+    "program_key",
+    "cache_path",
+    "options_key",
+]
 
 ORIGINAL = "original"
 
@@ -139,10 +147,21 @@ def autotune(
         fns[name] = jax.jit(decoded[name])
     timings = time_interleaved(fns, list(args), samples=samples)
     times = {name: t.median for name, t in timings.items()}
-    winner = min(times, key=times.get)
+    winner = measured_winner(timings)
     cache[key] = {"winner": winner, "times": times}
     _save(path, cache)
     return AutotuneChoice(decoded.get(winner), winner, times)
+
+
+def measured_winner(timings: dict[str, Timing]) -> str:
+    """The candidate with the lowest median, if it also beat the original round by round (the
+    median of its per-round ratios to the original under 1); else the original. Medians alone
+    can crown a rewrite that lost most rounds when the host slowed down for a few of them."""
+    best = min(timings, key=lambda name: timings[name].median)
+    if best == ORIGINAL:
+        return ORIGINAL
+    ratio = paired_ratio(timings[best].samples, timings[ORIGINAL].samples)
+    return best if ratio < 1.0 else ORIGINAL
 
 
 def apply_autotune(

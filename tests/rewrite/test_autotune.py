@@ -94,3 +94,17 @@ def test_an_entry_with_malformed_times_is_not_trusted(_cache_dir, times):
     with pytest.warns(UserWarning, match="ignoring corrupted autotune cache"):
         rep = g.report(A, B, v)
     assert not rep.autotune["cached"] and repr(rep)
+
+
+def test_the_measured_winner_must_beat_the_original_round_by_round():
+    # the host was 10x slower in rounds 3-5 for both: the rewrite's median is lower, but it lost
+    # three rounds of five to the original (it had been taken on its median alone)
+    from jaxrw.rewrite.autotune import ORIGINAL, measured_winner
+    from jaxrw.rewrite.measure import Timing
+
+    drift = {ORIGINAL: Timing([1, 1, 10, 10, 10]), "r": Timing([2, 2, 9, 9, 11])}
+    assert drift["r"].median < drift[ORIGINAL].median
+    assert measured_winner(drift) == ORIGINAL
+    faster = {ORIGINAL: Timing([1, 1, 10, 10, 10]), "r": Timing([0.9, 0.9, 9, 9, 11])}
+    assert measured_winner(faster) == "r"
+    assert measured_winner({ORIGINAL: Timing([1, 2, 3]), "r": Timing([2, 3, 4])}) == ORIGINAL
