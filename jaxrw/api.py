@@ -13,7 +13,6 @@ import functools
 import logging
 import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ import jax
 from . import compat
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker, slow_leaves
+from .logs import warn_user
 from .options import both_spellings, checked_options
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
@@ -344,12 +344,17 @@ class Optimized:
         self._leave_jit()
         self._check_arguments(args, kwargs)
         want = self._jitted(*args, **kwargs)
-        err = RewriteStageError("compile", e)
-        if self.strict:
-            raise err from e
-        warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
+        self._fall_back(RewriteStageError("compile", e), e)
         self._fast_state = "broken"
         return want
+
+    def _fall_back(self, err: JaxrwError, cause: BaseException) -> str:
+        """This signature runs jax.jit because of `err` (from `cause`): raised under strict, else
+        one warning. Returns the reason, for the entry and report."""
+        if self.strict:
+            raise err if err is cause else err from cause
+        warn_user(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}")
+        return str(err)
 
     def _check_arguments(self, args: tuple, kwargs: dict) -> None:
         """Raise jaxrw's clear error for a bad static value or a leaf that is not an array."""
@@ -362,11 +367,9 @@ class Optimized:
         fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
         fall back with one warning (compile stage), or raise under strict."""
         want = self._jitted(*args, **kwargs)
-        err = RewriteStageError("compile", e)
-        if self.strict:
-            raise err from e
-        warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
-        entry.fallback = str(err)
+        entry.fallback = self._fall_back(RewriteStageError("compile", e), e)
+        if entry.report is not None:
+            entry.report.fell_back(entry.fallback)
         return want
 
     def report(self, *args: Any, **kwargs: Any) -> RewriteReport | None:
@@ -468,7 +471,7 @@ class Optimized:
                 max_hoist_bytes=self.max_hoist_bytes,
             )
             if result.report.hoist_note and slow:
-                warnings.warn(f"jaxrw: {_name(self.fn)}: {result.report.hoist_note}", stacklevel=3)
+                warn_user(f"jaxrw: {_name(self.fn)}: {result.report.hoist_note}")
             if tune and result.program is not None:  # not encoded (size limit): nothing to tune
                 from .rewrite.autotune import apply_autotune, options_key
                 from .schedule.timing import device_inputs  # not zeros (DESIGN.md)
@@ -477,19 +480,10 @@ class Optimized:
                 apply_autotune(result, closed, flat, device_inputs(leaves), k=self.autotune_k, key_extra=key)
             if result.fn is not None:
                 check_decoded(result.fn, specs, closed)
-        except JaxrwError as e:
-            if self.strict:
-                raise
-            warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {e}", stacklevel=3)
-            kept = (closed, None, None) if self._keep else None
-            return Entry(self._jitted, out_tree, None, fallback=str(e), trace=kept)
         except Exception as e:  # noqa: BLE001 - never break the user's program
-            err = RewriteStageError("optimize", e)
-            if self.strict:
-                raise err from e
-            warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
+            why = self._fall_back(e if isinstance(e, JaxrwError) else RewriteStageError("optimize", e), e)
             kept = (closed, None, None) if self._keep else None
-            return Entry(self._jitted, out_tree, None, fallback=str(err), trace=kept)
+            return Entry(self._jitted, out_tree, None, fallback=why, trace=kept)
         report = result.report
         log.debug("jaxrw %s: %r", _name(self.fn), report)
         kept = (closed, result, profile) if self._keep else None
@@ -517,10 +511,9 @@ class Optimized:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here
             except Exception as e:  # noqa: BLE001 - never break the user's program
                 err = e if isinstance(e, RewriteStageError) else RewriteStageError("schedule", e)
-                if self.strict:
-                    raise err from e
-                warnings.warn(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}", stacklevel=3)
-                return Entry(self._jitted, out_tree, report, fallback=str(err))
+                why = self._fall_back(err, e)
+                report.fell_back(why)
+                return Entry(self._jitted, out_tree, report, fallback=why)
             report.schedule = f"{chosen.choice}: {why or chosen.reason}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
             return Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)

@@ -41,6 +41,7 @@ log = logging.getLogger("jaxrw")
 # Options of explain itself (everything else is passed to optimize, or to the function when
 # explaining an Optimized).
 EXPLAIN_OPTIONS = ("measure", "sites", "samples")
+DISABLED_NOTE = "JAXRW_DISABLE is set: calls run jax.jit; shown is what jaxrw would do"
 
 
 @dataclass
@@ -158,8 +159,10 @@ def explain(
     """Explain how jaxrw rewrites `fn` for these arguments.
 
     `fn` is a plain function (then `opts` are `optimize` options) or an `Optimized` (then `opts`
-    are keyword arguments of the function). `measure=True` times jax.jit against jaxrw on these
-    arguments (`samples` interleaved samples); `sites=False` skips locating each rule's matches.
+    are keyword arguments of the function, except those named in EXPLAIN_OPTIONS, which are
+    explain's). `measure=True` times jax.jit against jaxrw on these arguments (`samples`
+    interleaved samples, on copies of the functions that donate nothing); `sites=False` skips
+    locating each rule's matches.
     """
     from .api import Optimized, optimize
 
@@ -178,7 +181,7 @@ def explain(
         ex.phases["trace"] = max(0.0, total_build - sum(report.phase_s.values()) if report else 0.0)
     if measure:
         t = time.perf_counter()
-        ex.measured = _measure(opt, clone, args, call_kw, samples)
+        ex.measured = _measure(opt, args, call_kw, samples)
         ex.phases["measure"] = time.perf_counter() - t
     ex.phases["explain"] = time.perf_counter() - t0 - ex.phases.get("measure", 0.0)
     log.debug("explain %s: %d regions, %d rules", ex.name, len(ex.regions), len(ex.rules))
@@ -194,8 +197,9 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         k: _plain(getattr(opt, k)) for k in ("rules", "cost_model", "extractor", "numerics", "autotune")
     }
     options["limits"] = dataclasses.asdict(opt.limits)
-    if os.environ.get("JAXRW_DISABLE", "") not in ("", "0"):
-        options["JAXRW_DISABLE"] = os.environ["JAXRW_DISABLE"]
+    disabled = opt._fast_state == "disabled" or os.environ.get("JAXRW_DISABLE", "") not in ("", "0")
+    if disabled:
+        options["JAXRW_DISABLE"] = os.environ.get("JAXRW_DISABLE", "1")
     name = _name(opt.fn)
     if entry.trace is None:
         return Explanation(name, [], options, "fallback", entry.fallback or "", None, {})
@@ -211,6 +215,8 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         note = (note + "; " if note else "") + bodies_row(report.bodies)
     if report.autotune:
         note = (note + "; " if note else "") + f"autotune winner: {report.autotune.get('winner')}"
+    if disabled:
+        note = DISABLED_NOTE + ("; " + note if note else "")
     ex = Explanation(
         name,
         signature,
@@ -228,6 +234,8 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
             ex.jaxpr_after = _pretty(jax.make_jaxpr(result.fn)(*specs))
         except Exception as e:  # noqa: BLE001 - the explanation still stands without it
             ex.jaxpr_after = f"(could not trace the optimized program: {type(e).__name__}: {e})"
+    if result.view is None:  # never encoded (zero-size values, over the limits): the report says why
+        return ex
     try:
         _analyze(ex, closed, result, get_cost_model(opt.cost_model, profile), report, sites)
     except Exception as e:  # noqa: BLE001 - a partial explanation beats none
@@ -258,10 +266,13 @@ def _plain(v: Any) -> Any:
     return getattr(v, "name", None) or type(v).__name__
 
 
-def _measure(opt: Any, clone: Any, args: tuple, kw: dict, samples: int) -> dict[str, dict[str, float]]:
+def _measure(opt: Any, args: tuple, kw: dict, samples: int) -> dict[str, dict[str, float]]:
+    """Time jax.jit and jaxrw the way a caller runs them (jaxrw on its fast path), on copies that
+    donate nothing: every sample reuses `args`, which are the caller's and stay theirs."""
     from .rewrite.measure import time_interleaved
 
-    fns = {"jax.jit": lambda: opt._jitted(*args, **kw), "jaxrw": lambda: clone(*args, **kw)}
+    timed = dataclasses.replace(opt, _cache={}, donate_argnums=(), _keep=False)
+    fns = {"jax.jit": lambda: timed._jitted(*args, **kw), "jaxrw": lambda: timed(*args, **kw)}
     timings = time_interleaved(fns, (), samples=samples)
     return {k: {"median_s": t.median, "spread": t.spread} for k, t in timings.items()}
 
@@ -384,11 +395,14 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
     live_before_set = set(live_before)
     bcosts = node_costs(before, model)
 
-    view, ext = result.view, result.extraction
-    choice = ext.choice
+    if report.rewritten:
+        view, choice, costs = result.view, result.extraction.choice, result.costs
+        nmap = _node_map(before, view)
+    else:  # the guard or autotune kept the program as written: that is the "after" side
+        view, choice, costs = before, only, bcosts
+        nmap = dict(only)
     live_after = reachable(view, choice, view.outputs)
     live_after_set = set(live_after)
-    nmap = _node_map(before, view)
     original_nodes = set(nmap.values())
 
     # status of each equation
@@ -441,7 +455,6 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
         for ch in view.nodes[choice[fc]].children:
             if choice[ch] not in original_nodes:
                 region_of.setdefault(ch, region_of[fc])
-    costs = result.costs
     regions = [Region(k, [], [], 0.0, 0.0, {}, {}, []) for k in range(len(roots))]
     other = Region(len(roots), [], [], 0.0, 0.0, {}, {}, [])
     unchanged_before = unchanged_after = 0.0

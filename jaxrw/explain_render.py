@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExplanationViews", "dot_available", "fmt_cost"]
+__all__ = ["ExplanationViews", "dot_available", "fmt_cost", "fmt_bytes", "speedup_text"]
 
 # Fill colors of graph nodes by kind (original program: kept/rewritten/removed; optimized: kept/new).
 COLORS = {
@@ -30,6 +30,8 @@ DOT_MISSING = (
 )
 HTML_GRAPH_MAX_NODES = 300  # larger graphs are slow to lay out and unreadable inline
 UNITLESS_MODELS = ("flops",)  # cost models not in seconds (the CostModel contract is seconds)
+# the report's notes shown as summary rows: why nothing was hoisted, why fewer rules ran, what runs
+NOTE_ROWS = (("hoisting", "hoist_note"), ("non-finite", "nonfinite_note"), ("schedule", "schedule"))
 
 
 def dot_available() -> bool:
@@ -47,7 +49,16 @@ def fmt_cost(x: float | None, model: str = "roofline") -> str:
     return f"{x:.3g}"
 
 
-def _x(before: float, after: float) -> str:
+def fmt_bytes(n: int) -> str:
+    """1536 -> '1.50 KiB': a size in the largest binary unit it reaches (B for under 1 KiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def speedup_text(before: float, after: float) -> str:
+    """before / after as '2.00x'; '∞' when only `after` is 0, '—' when both are."""
     return f"{before / after:.2f}x" if after > 0 else ("—" if before == 0 else "∞")
 
 
@@ -74,17 +85,18 @@ class ExplanationViews:
                 (
                     "predicted",
                     f"{fmt_cost(rep['cost_before'], model)} -> {fmt_cost(rep['cost_after'], model)} "
-                    f"({self.predicted_speedup:.2f}x)",
+                    f"({speedup_text(rep['cost_before'], rep['cost_after'])})",
                 ),
             ]
             if rep.get("hoisted_bytes"):
                 rows.append(
                     (
                         "hoisted",
-                        f"{rep['hoisted_bytes'] / 2**20:.2f} MiB of parameter-only work kept "
+                        f"{fmt_bytes(rep['hoisted_bytes'])} of parameter-only work kept "
                         "between calls (priced as free: the unchanged row's gain)",
                     )
                 )
+            rows += [(label, rep[key]) for label, key in NOTE_ROWS if rep.get(key)]
         if self.measured:
             m = self.measured
             times = ", ".join(
@@ -129,12 +141,14 @@ class ExplanationViews:
                     ", ".join(g.rules) or "—",
                     fmt_cost(g.cost_before, model),
                     fmt_cost(g.cost_after, model),
-                    _x(g.cost_before, g.cost_after),
+                    speedup_text(g.cost_before, g.cost_after),
                 )
             )
         b, a = self.unchanged_cost
         if self.equations:
-            rows.append(("—", "unchanged", "", "", fmt_cost(b, model), fmt_cost(a, model), _x(b, a)))
+            rows.append(
+                ("—", "unchanged", "", "", fmt_cost(b, model), fmt_cost(a, model), speedup_text(b, a))
+            )
         # the program-level terms of the totals (xla_passes.program_cost, CUDA profiles): what
         # XLA's dot merger and fused kernels' shared reads add to or take from the node costs
         pb = self.cost_before - b - sum(g.cost_before for g in self.regions)
@@ -153,19 +167,23 @@ class ExplanationViews:
     def __rich__(self) -> Any:
         from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
+
+        def add(table: Table, row: tuple[str, ...]) -> None:  # verbatim: `X[a:b]` is not markup
+            table.add_row(*(Text(cell) for cell in row))
 
         top = Table(title=f"jaxrw.explain — {self.name}", title_justify="left", show_header=False, box=None)
         top.add_column(style="bold")
         top.add_column(overflow="fold")
-        for k, v in self.summary_rows():
-            top.add_row(k, v)
+        for row in self.summary_rows():
+            add(top, row)
         parts: list[Any] = [top]
         if self.rules:
             t = Table(title="rules fired", title_justify="left")
             for col in ("rule", "identity", "matches", "matched in the original at", "in result"):
                 t.add_column(col, overflow="fold")
             for row in self.rule_rows():
-                t.add_row(*row)
+                add(t, row)
             parts.append(t)
         if self.regions or self.equations:
             t = Table(title="predicted cost per region", title_justify="left")
@@ -174,7 +192,7 @@ class ExplanationViews:
                     col, overflow="fold", justify="right" if col in ("before", "after", "gain") else "left"
                 )
             for row in self.region_rows():
-                t.add_row(*row)
+                add(t, row)
             parts.append(t)
         return Group(*parts)
 
@@ -188,11 +206,13 @@ class ExplanationViews:
     def side_by_side(self) -> Any:
         """A rich Table with the original and the optimized jaxpr in two columns."""
         from rich.table import Table
+        from rich.text import Text
 
         t = Table(title=f"{self.name}: jaxprs", title_justify="left")
         t.add_column("original")
         t.add_column("optimized")
-        t.add_row(self.jaxpr_before, self.jaxpr_after or "(unchanged: the original program runs)")
+        after = self.jaxpr_after or "(unchanged: the original program runs)"
+        t.add_row(Text(self.jaxpr_before), Text(after))
         return t
 
     # --- HTML ------------------------------------------------------------------------------

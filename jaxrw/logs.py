@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
-__all__ = ["configure_logging", "LEVELS"]
+__all__ = ["configure_logging", "LEVELS", "warn_user"]
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 _HANDLER_NAME = "jaxrw-env"
@@ -33,3 +34,12 @@ def configure_logging(level: str | None = None) -> logging.Logger:
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
     return logger
+
+
+def warn_user(message: str) -> None:
+    """A UserWarning attributed to the caller's line: frames inside jaxrw and jax are skipped, so
+    the warning points at the user's call whichever path (fast path, report, explain) raised it."""
+    import jax
+
+    skip = (os.path.dirname(__file__), os.path.dirname(jax.__file__))
+    warnings.warn(message, UserWarning, skip_file_prefixes=skip)

@@ -53,7 +53,9 @@ def check_invariants(ex: jaxrw.Explanation) -> None:
     before = sum(r.cost_before for r in ex.regions) + ub
     after = sum(r.cost_after for r in ex.regions) + ua
     assert math.isclose(before, rep["cost_before"], rel_tol=1e-9, abs_tol=1e-15)
-    assert math.isclose(after, ex.result.extraction.cost, rel_tol=1e-9, abs_tol=1e-15)
+    # a kept program is mapped as written (not the candidate the guard turned down)
+    extracted = ex.result.extraction.cost if ex.status == "rewritten" else rep["cost_before"]
+    assert math.isclose(after, extracted, rel_tol=1e-9, abs_tol=1e-15)
     changed = {e.index for e in ex.equations if e.status in ("rewritten", "removed")}
     in_regions = {i for r in ex.regions for i in r.equations}
     assert changed == in_regions
@@ -291,3 +293,61 @@ def test_a_rewrite_inside_a_loop_body_is_named_in_the_note():
     ex = opt.explain(w1, w2, w3, xs)
     assert "control-flow bodies rewritten (" in ex.note and "merge." in ex.note
     assert "control-flow bodies rewritten" in str(ex)
+
+
+def test_measure_leaves_donated_arguments_alive_and_times_the_fast_path():
+    # measure=True timed the caller's arrays through donating functions: "Array has been
+    # deleted", and the caller's `v` with it; and it timed the Python path of a private copy
+    f = jaxrw.optimize(lambda A, B, v: (A @ B) @ v, donate_argnums=2)
+    A, B, v = _rand(5, (64, 64), (64, 64), (64, 3))
+    ex = f.explain(A, B, v, measure=True, samples=3)
+    assert set(ex.measured) == {"jax.jit", "jaxrw"}
+    np.testing.assert_allclose(np.asarray(v), np.asarray(_rand(5, (64, 64), (64, 64), (64, 3))[2]))
+
+
+def test_text_is_shown_verbatim_not_as_markup():
+    # rich read `[a:b]` in rule identities as markup (dropped), and `[/i]` in a note raised
+    ex = jaxrw.explain(
+        lambda a, x: jnp.concatenate([a @ x, a @ x], 0)[3:40][2:10], *_rand(6, (64, 64), (64, 2))
+    )
+    assert any("[" in r.identity for r in ex.rules)
+    text = repr(ex)
+    for r in ex.rules:
+        assert r.identity.split()[0] in text, r.identity
+    ex.note = "index [/i] out of range"
+    assert "[/i]" in repr(ex)
+
+
+def test_a_kept_program_is_explained_as_written():
+    # the guard turned the rewrite down, but the table showed the candidate's regions and costs
+    ex = jaxrw.explain(lambda a, b, x: a @ b @ x, *_rand(7, (16, 16), (16, 16), (16, 2)))
+    assert ex.status == "kept" and "margin" in ex.note
+    check_invariants(ex)
+    assert not ex.regions and {e.status for e in ex.equations} == {"kept"}
+    assert not any(r.in_result for r in ex.rules)
+
+
+def test_programs_never_encoded_are_explained_without_a_warning(caplog):
+    # a zero-size value keeps the program as written before encoding: explain logged a failed
+    # equation mapping (an AttributeError) and appended it to the note
+    with caplog.at_level(logging.WARNING, logger="jaxrw"):
+        ex = jaxrw.explain(lambda a: a @ a.T, jnp.ones((0, 4)))
+    assert ex.status == "kept" and "failed" not in ex.note
+    assert not caplog.records
+
+
+def test_notes_of_the_report_and_the_disable_switch_are_shown(monkeypatch):
+    A, v = _rand(8, (64, 64), (64, 2))
+    with pytest.warns(UserWarning, match="max_hoist_bytes"):
+        ex = jaxrw.explain(lambda a, b, x: a @ b @ x, A, A, v, hoist_argnums=(0, 1), max_hoist_bytes=100)
+    assert "max_hoist_bytes 100" in repr(ex) and "hoisting" in repr(ex)
+    monkeypatch.setenv("JAXRW_DISABLE", "1")
+    ex = jaxrw.explain(chain, *_rand(9, (64, 64), (64, 64), (64, 64), (64, 2)))
+    assert ex.note.startswith("JAXRW_DISABLE is set") and "JAXRW_DISABLE" in repr(ex)
+
+
+def test_sizes_and_speedups_are_printed_in_readable_units():
+    from jaxrw.explain_render import fmt_bytes, speedup_text
+
+    assert (fmt_bytes(512), fmt_bytes(1536), fmt_bytes(3 * 2**20)) == ("512 B", "1.50 KiB", "3.00 MiB")
+    assert (speedup_text(2.0, 1.0), speedup_text(1.0, 0.0), speedup_text(0.0, 0.0)) == ("2.00x", "∞", "—")

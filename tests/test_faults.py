@@ -66,6 +66,8 @@ def _expect_one_fallback(opt, f, args, stage, cause):
         out2 = opt(*args)  # the cached fallback warns no more
     msgs = [str(w.message) for w in _jaxrw_warnings(record)]
     assert len(msgs) == 1, msgs
+    # it points at the caller's line (a fixed stacklevel pointed inside jaxrw on the fast path)
+    assert _jaxrw_warnings(record)[0].filename == __file__
     assert "falling back to jax.jit" in msgs[0] and f"{stage} stage failed" in msgs[0] and cause in msgs[0]
     want = jax.jit(f)(*args)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
@@ -85,6 +87,16 @@ def test_fault_in_stage_falls_back_with_one_warning(monkeypatch, stage, module, 
     f, args = _program()
     opt = jaxrw.optimize(f, limits=jaxrw.Limits(min_gain=0))
     _expect_one_fallback(opt, f, args, stage, "injected fault")
+
+
+def test_the_report_of_a_signature_that_fell_back_says_so(monkeypatch):
+    # the schedule stage failed after the rewrite: calls ran jax.jit, the report said "rewritten"
+    monkeypatch.setattr(jaxrw.schedule, "schedule_selection", _boom)
+    f, args = _program()
+    opt = jaxrw.optimize(f, limits=jaxrw.Limits(min_gain=0))
+    with pytest.warns(UserWarning, match="falling back"):
+        rep = opt.report(*args)
+    assert not rep.rewritten and "fell back to jax.jit" in rep.guard_note and "injected fault" in repr(rep)
 
 
 @pytest.mark.parametrize("stage, module, attr, fault", FAULTS, ids=IDS)

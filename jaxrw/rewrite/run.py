@@ -98,7 +98,19 @@ class RewriteReport:
     def predicted_speedup(self) -> float:
         return self.cost_before / self.cost_after if self.cost_after > 0 else 1.0
 
+    def fell_back(self, why: str) -> None:
+        """After the rewrite: the signature runs jax.jit instead (`why`), so the report says so."""
+        self.rewritten = False
+        self.guard_note = f"fell back to jax.jit: {why}"
+        self.schedule = "jax.jit: fallback"
+
     def rows(self) -> list[tuple[str, str]]:
+        from ..explain_render import fmt_bytes, fmt_cost, speedup_text
+
+        before, after = (
+            fmt_cost(self.cost_before, self.cost_model),
+            fmt_cost(self.cost_after, self.cost_model),
+        )
         fired = ", ".join(f"{k}×{v}" for k, v in sorted(self.rules_fired.items())) or "none"
         phases = " ".join(f"{k} {v * 1e3:.0f}ms" for k, v in self.phase_s.items())
         return (
@@ -109,16 +121,13 @@ class RewriteReport:
                 ("rules fired", fired),
                 ("cost model", self.cost_model),
                 ("extractor", self.extractor + (f" ({self.extractor_note})" if self.extractor_note else "")),
-                (
-                    "predicted",
-                    f"{self.cost_before:.3g} -> {self.cost_after:.3g} ({self.predicted_speedup:.2f}x)",
-                ),
+                ("predicted", f"{before} -> {after} ({speedup_text(self.cost_before, self.cost_after)})"),
                 ("result", "rewritten" if self.rewritten else f"original kept ({self.guard_note})"),
                 ("phases", phases),
             ]
             + ([("autotune", _autotune_row(self.autotune))] if self.autotune else [])
             + (
-                [("hoisted", f"{self.hoisted_bytes / 2**20:.2f} MiB kept between calls")]
+                [("hoisted", f"{fmt_bytes(self.hoisted_bytes)} kept between calls")]
                 if self.hoisted_bytes
                 else []
             )
@@ -380,7 +389,7 @@ def rewrite_jaxpr(
     bodies_rewritten = sum(1 for b in report.bodies if b.rewritten)
     if not force and gain < limits.min_gain and not bodies_rewritten:
         report.rewritten = False
-        report.guard_note = f"predicted gain {gain * 100:.1f}% < margin {limits.min_gain * 100:.0f}%"
+        report.guard_note = f"predicted gain {gain * 100:.2f}% < margin {limits.min_gain * 100:g}%"
         report.cost_after = report.cost_before
         log.debug("guard: original kept (%s)", report.guard_note)
         return RewriteResult(None, report, program, view, ex, costs, before)
