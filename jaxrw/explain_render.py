@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import io
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +201,8 @@ class ExplanationViews:
         from rich.console import Console
 
         buf = io.StringIO()
-        Console(file=buf, width=120, color_system=None, force_terminal=False).print(self.__rich__())
+        width = shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 120
+        Console(file=buf, width=width, color_system=None, force_terminal=False).print(self.__rich__())
         return buf.getvalue().rstrip()
 
     def side_by_side(self) -> Any:
