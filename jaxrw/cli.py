@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -49,22 +48,6 @@ def _nonneg_float(text: str) -> float:
 
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
-
-
-def _output_problem(path: str, option: str, suffixes: tuple[str, ...] = ()) -> str | None:
-    """Why `path` could not be written when the run ends (checked before it starts, so a long
-    run's results are not lost to a typo), or None."""
-    p = Path(path)
-    if p.is_dir():
-        return f"{option} {path!r} is a directory; give a file path"
-    if suffixes and p.suffix.lower() not in suffixes:
-        return f"{option} {path!r}: a file ending in {', '.join(suffixes)}"
-    parent = p.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        return f"{option} {path!r}: {parent} is not a writable directory"
-    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,6 +140,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench.runner import Options, run
     from .bench.summarize import settled_line
     from .errors import InvalidOptionError
+    from .options import output_problem
 
     console = Console()
     if not console.is_terminal:
@@ -167,7 +151,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"jaxrw bench: error: {e}", file=sys.stderr)
         return 2
     for path, option, suffixes in ((args.json, "--json", ()), (args.plot, "--plot", PLOT_SUFFIXES)):
-        problem = path and _output_problem(path, option, suffixes)
+        problem = path and output_problem(path, option, suffixes)
         if problem:
             print(f"jaxrw bench: error: {problem}", file=sys.stderr)
             return 2

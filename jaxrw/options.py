@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from .errors import InvalidOptionError, check_argnums, check_choice, check_fraction, check_nonneg_int
@@ -55,7 +57,9 @@ def checked_options(
     if isinstance(profile, str):
         get_profile(profile)  # raises naming the valid profiles
     elif profile is not None and not isinstance(profile, Profile):
-        raise InvalidOptionError(f"profile must be a jaxrw.Profile or a profile name; got {profile!r}")
+        raise InvalidOptionError(
+            f"profile must be a jaxrw.Profile, a profile name or the path of a .json profile; got {profile!r}"
+        )
     elif profile is not None and (problem := profile_problem(profile)):
         raise InvalidOptionError(f"profile {profile.name!r}: {problem}")
     if not isinstance(autotune_k, int) or isinstance(autotune_k, bool) or autotune_k < 1:
@@ -109,3 +113,19 @@ def both_spellings(
         elif p.name in names:
             more_nums.add(i)
     return tuple(sorted(more_nums)), tuple(more_names)
+
+
+def output_problem(path: str, option: str, suffixes: tuple[str, ...] = ()) -> str | None:
+    """Why `path` could not be written when the run ends (checked before it starts, so a long
+    run's results are not lost to a typo), or None."""
+    p = Path(path)
+    if p.is_dir():
+        return f"{option} {path!r} is a directory; give a file path"
+    if suffixes and p.suffix.lower() not in suffixes:
+        return f"{option} {path!r}: a file ending in {', '.join(suffixes)}"
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        return f"{option} {path!r}: {parent} is not a writable directory"
+    return None

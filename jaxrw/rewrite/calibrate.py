@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from .. import compat
 from .measure import measure, time_one
-from .profiles import CPU, H200, Profile, save_profile
+from .profiles import CPU, H200, Profile, cache_dir, save_profile
 
 __all__ = ["calibrate", "main"]
 
@@ -64,8 +64,7 @@ def calibrate(quick: bool = False) -> Profile:
     big = 1024 if (quick or kind == "cpu") else 8192
     samples = 3 if quick else 7
     guess = base.matmul_rate("float32")
-    rates = {dt: _gemm_rate(big, jnp.dtype(dt), samples, guess) for dt in ("float32", "bfloat16")}
-    rates["float16"] = rates["bfloat16"]
+    rates = {dt: _gemm_rate(big, jnp.dtype(dt), samples, guess) for dt in ("float32", "bfloat16", "float16")}
     # bandwidth: a read+write pass over a large buffer
     n_bytes = (64 if (quick or kind == "cpu") else 1024) * 2**20
     x = jax.random.normal(jax.random.key(1), (n_bytes // 4,), jnp.float32)
@@ -100,10 +99,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, few samples")
     ap.add_argument("--output", default=None, help="profile path (default: the jaxrw cache directory)")
     args = ap.parse_args(argv)
-    prof = calibrate(quick=args.quick)
     from pathlib import Path
 
-    path = save_profile(prof, Path(args.output) if args.output else None)
+    from ..options import output_problem
+
+    kind = compat.device_kind()
+    target = Path(args.output).expanduser() if args.output else cache_dir() / f"profile-{kind}.json"
+    problem = output_problem(str(target), "--output" if args.output else "the cache file", (".json",))
+    if problem:  # before measuring: a minute of measurements is not lost to a typo
+        ap.error(problem)
+    prof = calibrate(quick=args.quick)
+    try:
+        path = save_profile(prof, target)
+    except OSError as e:
+        ap.exit(2, f"jaxrw calibrate: error: could not save the profile to {target}: {e}\n")
     print(f"device {jax.devices()[0].device_kind} ({prof.kind})")
     for dt, r in prof.matmul_flops.items():
         print(f"  matmul {dt:<9} {r / 1e12:10.3f} TFLOP/s")
@@ -112,5 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  call dispatch   {prof.call_s * 1e6:10.1f} us (per call of a compiled program)")
     print("  gemm efficiency " + " ".join(f"2^{k}:{v:.2f}" for k, v in sorted(prof.gemm_efficiency.items())))
     print(f"  x @ W.T folded  {'yes' if prof.transpose_folded else 'no':>10} (within 10% of x @ W)")
-    print(f"saved {path}")
+    print(f"  inherited       vector rate, other matmul dtypes (built-in {prof.name.split('-')[0]} profile)")
+    use = (
+        "used by default on this device kind"
+        if not args.output
+        else f"use it as optimize(..., profile={str(path)!r})"
+    )
+    print(f"saved {path} ({use})")
     return 0

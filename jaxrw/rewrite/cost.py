@@ -203,13 +203,18 @@ class Roofline:
             if name in COPYING_SLICES and node.eclass in view.output_set:
                 return fused + (1 - p.fused_share) * out_b / p.bandwidth + p.launch_s
             return fused
-        if p.concat_chains and node.op == "concat" and _chains(view, node):
+        if p.concat_chains and node.op == "concat" and chains(view, node):
             # a link of a same-axis chain: decode emits the chain as one n-ary concatenate, so a
             # link copies only its right operand and shares the chain's one launch
             return 2 * nbytes(view, node.children[1]) / p.bandwidth
-        in_b = out_b if name in SLICING else sum(nbytes(view, c) for c in node.children)
-        flops = node_flops(node, view)
-        return max(flops / p.vector_flops, (in_b + out_b) / p.bandwidth) + p.launch_s
+        return self.kernel_time(node, view)
+
+    def kernel_time(self, node: Node, view: EGraphView) -> float:
+        """An op run as a kernel of its own: its roofline time plus a launch."""
+        p = self.profile
+        out_b = nbytes(view, node.eclass)
+        in_b = out_b if op_name(node) in SLICING else sum(nbytes(view, c) for c in node.children)
+        return max(node_flops(node, view) / p.vector_flops, (in_b + out_b) / p.bandwidth) + p.launch_s
 
 
 def relayout(node: Node, view: EGraphView) -> bool:
@@ -221,9 +226,11 @@ def relayout(node: Node, view: EGraphView) -> bool:
     )
 
 
-def _chains(view: EGraphView, node: Node) -> bool:
+def chains(view: EGraphView, node: Node) -> bool:
     """Whether a concat's left operand can be a concat along the same axis (decode.py flattens
-    such left-nested chains into one n-ary concatenate; `Profile.concat_chains`)."""
+    such left-nested chains into one n-ary concatenate; `Profile.concat_chains`). Can, not is:
+    node costs cannot see the extractor's choice, so `xla_passes.unchained_links` reprices the
+    links whose chosen left operand is something else."""
     axis = node.attrs[0]
     return any(
         view.nodes[n].op == "concat" and view.nodes[n].attrs[0] == axis

@@ -13,6 +13,7 @@ import os
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import InvalidOptionError
 
@@ -30,8 +31,8 @@ __all__ = [
 @dataclass(frozen=True)
 class Profile:
     """Rates of one device. Matrix rates are FLOP/s by dtype name; bandwidth is bytes/s of a
-    read+write copy; `gemm_efficiency` maps a size bucket (log2 of the smallest of m, n, k) to
-    the fraction of the peak matrix rate such a GEMM reaches."""
+    read+write copy; `gemm_efficiency` maps a size bucket (log2 of the side of the square GEMM of
+    equal work, the cube root of m·n·k) to the fraction of the peak matrix rate it reaches."""
 
     name: str
     kind: str  # "cuda" or "cpu"
@@ -62,6 +63,15 @@ class Profile:
     source: str = "built-in"
 
     def matmul_rate(self, dtype: str) -> float:
+        """GEMM FLOP/s in `dtype`, counting 2mnk per GEMM. A complex GEMM is four real ones in its
+        component type (a quarter of that rate); 8-bit floats run at the int8 rate where the
+        profile has one (the H200's tensor cores: the same peak); others at float32's."""
+        if dtype.startswith("complex"):
+            return (
+                self.matmul_rate({"complex64": "float32", "complex128": "float64"}.get(dtype, dtype[7:])) / 4
+            )
+        if dtype not in self.matmul_flops and dtype.startswith("float8") and "int8" in self.matmul_flops:
+            return self.matmul_flops["int8"]
         return self.matmul_flops.get(dtype, self.matmul_flops.get("float32", self.vector_flops))
 
     def efficiency(self, m: int, n: int, k: int) -> float:
@@ -117,25 +127,40 @@ PROFILES: dict[str, Profile] = {"h200": H200, "cpu": CPU}
 
 
 def get_profile(name: str) -> Profile:
-    if name not in PROFILES:
-        raise InvalidOptionError(f"unknown device profile {name!r}; valid: {sorted(PROFILES)!r}")
-    return PROFILES[name]
+    """A built-in profile by name, or a saved one by the path of its JSON file (`jaxrw calibrate
+    --output`)."""
+    if name in PROFILES:
+        return PROFILES[name]
+    if name.endswith(".json"):
+        prof = load_profile(Path(name).expanduser())
+        if prof is None:
+            raise InvalidOptionError(f"profile {name!r} could not be loaded (see the warning)")
+        return prof
+    raise InvalidOptionError(
+        f"unknown device profile {name!r}; valid: {sorted(PROFILES)!r} or the path of a .json profile"
+    )
 
 
 def cache_dir() -> Path:
-    """Where jaxrw keeps calibrated profiles and autotune choices ($JAXRW_CACHE_DIR overrides)."""
-    root = os.environ.get("JAXRW_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jaxrw"
-    )
-    return Path(root)
+    """Where jaxrw keeps calibrated profiles and autotune choices ($JAXRW_CACHE_DIR overrides; a
+    relative $XDG_CACHE_HOME is ignored, as the XDG spec says). Absolute, so the same cache is
+    found from any working directory."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.expanduser("~/.cache")
+    root = os.environ.get("JAXRW_CACHE_DIR") or os.path.join(base, "jaxrw")
+    return Path(root).expanduser().absolute()
 
 
 def save_profile(profile: Profile, path: Path | None = None) -> Path:
+    """Write `profile` as JSON (to the cache directory, where `default_profile` finds it, unless
+    `path` says otherwise), through a temporary file: an interrupted write leaves no half file."""
     path = path or cache_dir() / f"profile-{profile.kind}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     data = asdict(profile)
     data["gemm_efficiency"] = {str(k): v for k, v in profile.gemm_efficiency.items()}
-    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)
     return path
 
 
@@ -145,18 +170,25 @@ def profile_problem(prof: Profile) -> str | None:
     rates = {"vector_flops": prof.vector_flops, "bandwidth": prof.bandwidth}
     rates.update({f"matmul_flops[{k!r}]": v for k, v in prof.matmul_flops.items()})
     for name, r in rates.items():
-        if not (isinstance(r, int | float) and 0 < r < 1e18):
+        if isinstance(r, bool) or not (isinstance(r, int | float) and 0 < r < 1e18):
             return f"{name}={r!r}: a rate in (0, 1e18)"
     for name in ("launch_s", "call_s"):
         v = getattr(prof, name)
-        if not (isinstance(v, int | float) and 0 <= v < 1):
+        if isinstance(v, bool) or not (isinstance(v, int | float) and 0 <= v < 1):
             return f"{name}={v!r}: seconds in [0, 1)"
     if not (isinstance(prof.fused_share, int | float) and 0 <= prof.fused_share <= 1):
         return f"fused_share={prof.fused_share!r}: a fraction in [0, 1]"
     for k, e in prof.gemm_efficiency.items():
-        if not (isinstance(k, int) and isinstance(e, int | float) and 0 < e <= 1):
+        if isinstance(e, bool) or not (isinstance(k, int) and isinstance(e, int | float) and 0 < e <= 1):
             return f"gemm_efficiency[{k!r}]={e!r}: a fraction of the peak rate in (0, 1]"
     return None
+
+
+def _number(value: Any, key: str) -> float:
+    """A JSON number (float(true) is 1.0, float("6e13") parses: neither is one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key}={value!r}: a number")
+    return float(value)
 
 
 def _flag(data: dict, key: str, default: bool) -> bool:
@@ -174,15 +206,17 @@ def load_profile(path: Path) -> Profile | None:
         prof = Profile(
             name=str(data["name"]),
             kind=str(data["kind"]),
-            matmul_flops={str(k): float(v) for k, v in data["matmul_flops"].items()},
-            vector_flops=float(data["vector_flops"]),
-            bandwidth=float(data["bandwidth"]),
-            launch_s=float(data["launch_s"]),
-            gemm_efficiency={int(k): float(v) for k, v in data.get("gemm_efficiency", {}).items()},
-            call_s=float(data.get("call_s", 0.0)),
+            matmul_flops={str(k): _number(v, f"matmul_flops.{k}") for k, v in data["matmul_flops"].items()},
+            vector_flops=_number(data["vector_flops"], "vector_flops"),
+            bandwidth=_number(data["bandwidth"], "bandwidth"),
+            launch_s=_number(data["launch_s"], "launch_s"),
+            gemm_efficiency={
+                int(k): _number(v, f"gemm_efficiency.{k}") for k, v in data.get("gemm_efficiency", {}).items()
+            },
+            call_s=_number(data.get("call_s", 0.0), "call_s"),
             transpose_folded=_flag(data, "transpose_folded", False),
             concat_chains=_flag(data, "concat_chains", Profile.concat_chains),
-            fused_share=float(data.get("fused_share", Profile.fused_share)),
+            fused_share=_number(data.get("fused_share", Profile.fused_share), "fused_share"),
             source=str(path),
         )
         problem = profile_problem(prof)

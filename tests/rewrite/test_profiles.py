@@ -85,6 +85,10 @@ def test_fused_share_is_saved_loaded_and_bounded(tmp_path):
         ({"gemm_efficiency": {"0": float("nan")}}, "gemm_efficiency"),
         ({"transpose_folded": "false"}, "transpose_folded"),  # bool("false") loaded as True
         ({"concat_chains": 0}, "concat_chains"),
+        ({"bandwidth": True}, "bandwidth"),  # float(true): a bandwidth of 1 byte/s
+        ({"launch_s": False}, "launch_s"),
+        ({"vector_flops": "6e13"}, "vector_flops"),  # a string parsed as a number
+        ({"gemm_efficiency": {"0": True}}, "gemm_efficiency"),
     ],
 )
 def test_a_saved_profile_out_of_range_is_ignored(tmp_path, change, named):
@@ -108,3 +112,56 @@ def test_a_profile_object_out_of_range_is_named(change):
     bad = dataclasses.replace(profiles.CPU, **change)
     with pytest.raises(InvalidOptionError, match=f"profile 'cpu': {next(iter(change))}"):
         jaxrw.optimize(lambda a: a @ a, profile=bad)
+
+
+def test_the_cache_directory_is_absolute_and_expands_the_home(tmp_path, monkeypatch):
+    # '~/x' made a directory named '~' in the working directory; a relative path meant another
+    # cache (and profile) in each working directory
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("JAXRW_CACHE_DIR", "~/jx")
+    assert profiles.cache_dir() == tmp_path / "jx"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JAXRW_CACHE_DIR", "rel")
+    assert profiles.cache_dir() == tmp_path / "rel"
+    monkeypatch.delenv("JAXRW_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # not absolute: ignored (the XDG spec)
+    assert profiles.cache_dir() == tmp_path / ".cache" / "jaxrw"
+
+
+def test_a_profile_saved_elsewhere_is_used_by_its_path(tmp_path):
+    import jax.numpy as jnp
+
+    import jaxrw
+
+    path = profiles.save_profile(profiles.H200, tmp_path / "mine.json")
+    assert profiles.get_profile(str(path)).source == str(path)
+    args = [jnp.ones(s) for s in ((64, 64), (64, 64), (64, 2))]
+    cost = {
+        p: jaxrw.optimize(lambda a, b, v: a @ b @ v, profile=p).report(*args).cost_before
+        for p in ("h200", "cpu")
+    }
+    mine = jaxrw.optimize(lambda a, b, v: a @ b @ v, profile=str(path)).report(*args).cost_before
+    assert mine == cost["h200"] != cost["cpu"]
+    with pytest.raises(InvalidOptionError, match="could not be loaded"), pytest.warns(UserWarning):
+        jaxrw.optimize(lambda a: a, profile=str(tmp_path / "missing.json"))
+
+
+def test_complex_and_8_bit_float_gemms_have_their_own_rates():
+    h = profiles.H200
+    assert h.matmul_rate("complex64") == pytest.approx(h.matmul_rate("float32") / 4)  # 4 real GEMMs
+    assert h.matmul_rate("complex128") == pytest.approx(h.matmul_rate("float64") / 4)
+    assert h.matmul_rate("float8_e4m3fn") == h.matmul_rate("int8") > h.matmul_rate("bfloat16")
+    assert profiles.CPU.matmul_rate("float8_e5m2") == profiles.CPU.matmul_rate("float32")  # no int8 rate
+
+
+@pytest.mark.parametrize("where", ["file_parent", "directory"])
+def test_calibrate_refuses_an_unwritable_output_before_measuring(tmp_path, monkeypatch, capsys, where):
+    # it measured first and then raised FileExistsError / IsADirectoryError with a traceback
+    import jaxrw.rewrite.calibrate as cal
+
+    monkeypatch.setattr(cal, "calibrate", lambda **k: pytest.fail("measured before checking --output"))
+    (tmp_path / "f").write_text("")
+    out = tmp_path / "f" / "p.json" if where == "file_parent" else tmp_path
+    with pytest.raises(SystemExit) as info:
+        main(["--quick", "--output", str(out)])
+    assert info.value.code == 2 and "--output" in capsys.readouterr().err
