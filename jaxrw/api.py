@@ -572,7 +572,10 @@ def optimize(
     e-graph (iterations, nodes, time) and the program size (`equations`). `verify=True` checks
     every concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;
     `autotune=True` times the original and the model's `autotune_k` best programs on this device
-    at the first call of each signature and keeps the fastest (cached on disk). While every
+    at the first call of each signature and keeps the fastest (cached on disk). `profile`: the
+    device rates the cost model prices with: a `Profile`, "h200", "cpu" or a saved profile's .json
+    path (`jaxrw calibrate --output`); by default the one `jaxrw calibrate` saved for this device
+    kind, else the built-in one. While every
     signature keeps the original program, calls go straight to a jax.jit of `fn` (no Python).
     `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that
     depends only on them (concatenated or transposed weights, products of weights) runs once per
