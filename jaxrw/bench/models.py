@@ -5,7 +5,7 @@ layer, NasRNN hidden 512, BERT-base, GPT-2 small, ResNet-50, a 4-layer GPT train
 small sizes keep each model's structure (one layer or block per stage, 3 RNN steps) at a width
 a 2-core CPU runs in milliseconds and jaxrw optimizes in seconds. Cases named `*_hoist` pass
 `hoist_argnums` for the parameters (issue 10); where this jaxrw has no such option the runner
-says so and runs without it.
+records them as skipped, saying why.
 """
 
 from __future__ import annotations

@@ -83,8 +83,9 @@ def llama_cache(cfg: LlamaConfig, r: Rand) -> tuple:
 
 def _rope(x, pos, dh):
     """Rotary position embedding of x: (heads, head_dim) at position `pos`."""
-    inv = 1.0 / (10000.0 ** (jnp.arange(0, dh, 2, dtype=jnp.float32) / dh))
-    ang = pos.astype(jnp.float32) * inv
+    ft = jnp.promote_types(x.dtype, jnp.float32)  # float32, or float64 in the reference
+    inv = 1.0 / (10000.0 ** (jnp.arange(0, dh, 2, dtype=ft) / dh))
+    ang = pos.astype(ft) * inv
     cos, sin = jnp.cos(ang).astype(x.dtype), jnp.sin(ang).astype(x.dtype)
     x0, x1 = x[..., 0::2], x[..., 1::2]
     return jnp.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1).reshape(x.shape)
@@ -284,7 +285,7 @@ def gpt_loss(cfg: TransformerConfig, params, ids):
 def adamw_step(cfg: TransformerConfig, params, m, v, step, ids, lr=3e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
     """One training step: loss and gradient, then AdamW with bias correction."""
     loss, g = jax.value_and_grad(lambda p: gpt_loss(cfg, p, ids))(params)
-    t = step.astype(jnp.float32) + 1.0
+    t = step.astype(jnp.promote_types(jax.tree.leaves(m)[0].dtype, jnp.float32)) + 1.0  # f64 in the reference
     c1, c2 = 1.0 - b1**t, 1.0 - b2**t
     m = jax.tree.map(lambda m_, g_: b1 * m_ + (1 - b1) * g_, m, g)
     v = jax.tree.map(lambda v_, g_: b2 * v_ + (1 - b2) * g_ * g_, v, g)

@@ -108,7 +108,9 @@ def multibranch_cell(size: str, dtype: str) -> Instance:
 
 @register("streams")
 def small_decoders(size: str, dtype: str) -> Instance:
-    """Several independent small llama-style decoders, each stepping its own token and cache."""
+    """Several independent small llama-style decoders, each stepping its own token and cache.
+    Only the logits are returned: the updated caches are dropped (XLA then leaves out their
+    write-back), so this measures the decode arithmetic of independent branches, not a full step."""
     count = pick(size, 2, 4)
     cfg = pick(
         size,

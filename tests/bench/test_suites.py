@@ -110,3 +110,15 @@ def test_large_config_traces(name: str):
     assert jax.tree.structure(out) == jax.tree.structure(hand)
     for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(hand), strict=True):
         assert (a.shape, a.dtype) == (b.shape, b.dtype)
+
+
+@pytest.mark.parametrize("name", ["llama288", "gpt_train_step"])
+def test_the_reference_computes_in_float64_throughout(name: str):
+    # the rope angle and AdamW's step count were float32 even in the float64 reference
+    from jaxrw.bench.runner import _x64
+
+    inst = CASES[name].instance("small", "float32")
+    with _x64():
+        up = jax.tree.map(lambda a: a.astype("float64") if a.dtype == "float32" else a, inst.args(0))
+        types = {str(v.aval.dtype) for e in jax.make_jaxpr(inst.fn)(*up).eqns for v in e.outvars}
+    assert "float32" not in types, types
