@@ -9,9 +9,9 @@ makes every optimize a plain jax.jit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +23,7 @@ from . import compat
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker, slow_leaves
 from .logs import warn_user
-from .options import both_spellings, checked_options
+from .options import both_spellings, checked_options, disabled
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
@@ -139,8 +139,7 @@ class Optimized:
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
-            disabled = os.environ.get("JAXRW_DISABLE", "") not in ("", "0")
-            self._fast_state = "disabled" if disabled else "on" if self._fast_path() else "off"
+            self._fast_state = "disabled" if disabled() else "on" if self._fast_path() else "off"
         if self._fast_state in ("on", "jit"):  # first: it is the path of most calls (µs count here)
             try:
                 return self._fast(*args, **kwargs)
@@ -374,7 +373,12 @@ class Optimized:
 
     def report(self, *args: Any, **kwargs: Any) -> RewriteReport | None:
         """The rewrite report of the signature these arguments have (traced if new)."""
-        return self._entry_for(args, kwargs)[0].report
+        report = self._entry_for(args, kwargs)[0].report
+        if report is not None and (self._fast_state == "disabled" or disabled()):
+            return dataclasses.replace(
+                report, schedule="jax.jit: JAXRW_DISABLE is set (this is what jaxrw would run)"
+            )
+        return report
 
     def _entry_for(self, args: tuple, kwargs: dict) -> tuple[Entry, tuple, list]:
         """(this signature's entry, built if new; its cache key; the flat argument leaves)."""

@@ -33,6 +33,7 @@ import jax
 
 from . import compat
 from .explain_render import ExplanationViews
+from .options import disabled
 
 __all__ = ["explain", "Explanation", "EquationInfo", "RuleSite", "Region"]
 
@@ -197,8 +198,8 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         k: _plain(getattr(opt, k)) for k in ("rules", "cost_model", "extractor", "numerics", "autotune")
     }
     options["limits"] = dataclasses.asdict(opt.limits)
-    disabled = opt._fast_state == "disabled" or os.environ.get("JAXRW_DISABLE", "") not in ("", "0")
-    if disabled:
+    off = opt._fast_state == "disabled" or disabled()
+    if off:
         options["JAXRW_DISABLE"] = os.environ.get("JAXRW_DISABLE", "1")
     name = _name(opt.fn)
     if entry.trace is None:
@@ -215,7 +216,7 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         note = (note + "; " if note else "") + bodies_row(report.bodies)
     if report.autotune:
         note = (note + "; " if note else "") + f"autotune winner: {report.autotune.get('winner')}"
-    if disabled:
+    if off:
         note = DISABLED_NOTE + ("; " + note if note else "")
     ex = Explanation(
         name,

@@ -129,3 +129,8 @@ def output_problem(path: str, option: str, suffixes: tuple[str, ...] = ()) -> st
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         return f"{option} {path!r}: {parent} is not a writable directory"
     return None
+
+
+def disabled() -> bool:
+    """Whether $JAXRW_DISABLE turns every optimize into a plain jax.jit (read at each one's first call)."""
+    return os.environ.get("JAXRW_DISABLE", "") not in ("", "0")

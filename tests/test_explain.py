@@ -344,6 +344,10 @@ def test_notes_of_the_report_and_the_disable_switch_are_shown(monkeypatch):
     monkeypatch.setenv("JAXRW_DISABLE", "1")
     ex = jaxrw.explain(chain, *_rand(9, (64, 64), (64, 64), (64, 64), (64, 2)))
     assert ex.note.startswith("JAXRW_DISABLE is set") and "JAXRW_DISABLE" in repr(ex)
+    f = jaxrw.optimize(chain)
+    args = _rand(9, (64, 64), (64, 64), (64, 64), (64, 2))
+    f(*args)
+    assert "JAXRW_DISABLE is set" in f.report(*args).schedule  # it said "rewritten" and nothing else
 
 
 def test_sizes_and_speedups_are_printed_in_readable_units():
