@@ -440,7 +440,10 @@ def test_a_program_over_the_equation_limit_is_kept_without_encoding():
         ({"limits": {"time_s": -1}}, r"limits.time_s must be a positive number; got -1"),
         ({"limits": 7}, r"limits must be a jaxrw.Limits or dict; got 7"),
         ({"profile": "tpu9"}, r"unknown device profile 'tpu9'; valid: \['cpu', 'h200'"),
-        ({"profile": 3}, r"profile must be a jaxrw.Profile or a profile name; got 3"),
+        (
+            {"profile": 3},
+            r"profile must be a jaxrw.Profile, a profile name or the path of a .json profile; got 3",
+        ),
         ({"cost_model": object()}, r"cost_model must be a registered name or have name and node_cost"),
         ({"autotune_k": 0}, r"autotune_k must be a positive int; got 0"),
         ({"autotune_k": "4"}, r"autotune_k must be a positive int; got '4'"),
