@@ -178,6 +178,7 @@ def explain(
     (entry,) = clone._cache.values()
     t0 = time.perf_counter()
     ex = _build(opt, entry, report, sites)
+    ex.signature = _named(ex.signature, clone._split(args, call_kw)[0])
     if entry.trace is not None:
         ex.phases["trace"] = max(0.0, total_build - sum(report.phase_s.values()) if report else 0.0)
     if measure:
@@ -243,6 +244,19 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         log.warning("explain %s: equation mapping failed: %s: %s", name, type(e).__name__, e)
         ex.note = (ex.note + "; " if ex.note else "") + f"equation mapping failed ({type(e).__name__}: {e})"
     return ex
+
+
+def _named(signature: list[str], dyn: tuple) -> list[str]:
+    """Keyword arguments' leaves labelled with their names (`scale=float32[]`): the flat types
+    alone list keywords sorted by name, unnamed, after the positional ones."""
+    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(dyn)[0]]
+    if len(paths) != len(signature):
+        return signature
+    out = []
+    for path, text in zip(paths, signature, strict=True):
+        keyword = path[0].idx == 1 and isinstance(path[1], jax.tree_util.DictKey)
+        out.append(f"{path[1].key}{jax.tree_util.keystr(path[2:])}={text}" if keyword else text)
+    return out
 
 
 def _pretty(closed: Any) -> str:

@@ -128,6 +128,7 @@ def test_optimized_explain_measure_and_kwargs():
     A, B, v = _rand(3, (64, 64), (64, 64), (64, 3))
     ex = f.explain(A, B, v, scale=2.0, measure=True, samples=3)
     check_invariants(ex)
+    assert ex.signature[-1] == "scale=float32[]"  # keywords by name (their types were unlabelled)
     assert set(ex.measured) == {"jax.jit", "jaxrw"}
     assert all(m["median_s"] > 0 for m in ex.measured.values())
     assert ex.measured_speedup is not None and "measure" in ex.phases
