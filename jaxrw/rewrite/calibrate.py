@@ -1,6 +1,6 @@
-"""`jaxrw calibrate`: measure this device's matrix rates, bandwidth, launch overhead, small-GEMM
-efficiency and whether a GEMM reads a transposed operand for free, and save them as the default
-profile for this device kind."""
+"""`jaxrw calibrate`: measure this device's matrix rates, elementwise rate, bandwidth, launch
+overhead, small-GEMM efficiency and whether a GEMM reads a transposed operand for free, and save
+them as the default profile for this device kind."""
 
 from __future__ import annotations
 
@@ -38,6 +38,20 @@ def _gemm_rate(n: int, dtype: Any, samples: int, guess: float) -> float:
     fn, args = _chain(n, dtype, k)
     t = time_one(fn, args, samples=samples).median
     return 2.0 * n**3 * k / t
+
+
+def _vector_rate(n: int, samples: int, steps: int = 64) -> float:
+    """Elementwise ops per second (the cost model counts one per op and output element): `steps`
+    dependent multiply-adds per element in one fused kernel, which reads and writes n floats
+    once, so arithmetic, not memory, bounds it."""
+    x = jax.random.normal(jax.random.key(3), (n,), jnp.float32)
+
+    def f(x):
+        for _ in range(steps):
+            x = x * 0.999 + 0.001
+        return x
+
+    return 2.0 * steps * n / time_one(jax.jit(f), (x,), samples=samples).median
 
 
 def _transpose_folded(n: int, samples: int) -> bool:
@@ -84,7 +98,7 @@ def calibrate(quick: bool = False) -> Profile:
         name=f"{base.name}-calibrated",
         kind=kind,
         matmul_flops={**base.matmul_flops, **rates},
-        vector_flops=base.vector_flops,
+        vector_flops=_vector_rate((1 if (quick or kind == "cpu") else 64) * 2**20, samples),
         bandwidth=bandwidth,
         launch_s=launch,
         gemm_efficiency=eff,
@@ -121,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  call dispatch   {prof.call_s * 1e6:10.1f} us (per call of a compiled program)")
     print("  gemm efficiency " + " ".join(f"2^{k}:{v:.2f}" for k, v in sorted(prof.gemm_efficiency.items())))
     print(f"  x @ W.T folded  {'yes' if prof.transpose_folded else 'no':>10} (within 10% of x @ W)")
-    print(f"  inherited       vector rate, other matmul dtypes (built-in {prof.name.split('-')[0]} profile)")
+    print(f"  elementwise     {prof.vector_flops / 1e12:10.3f} Tops/s (one per op and element)")
+    print(f"  inherited       other matmul dtypes (built-in {prof.name.split('-')[0]} profile)")
     use = (
         "used by default on this device kind"
         if not args.output

@@ -44,6 +44,9 @@ def test_malformed_profile_is_ignored(tmp_path, monkeypatch):
 def test_calibrate_quick_measures_positive_rates():
     prof = calibrate(quick=True)
     assert prof.kind == "cpu" and prof.launch_s > 0 and prof.matmul_rate("bfloat16") > 0
+    # measured, not the built-in profile's (calibrate copied vector_flops and float16's rate)
+    assert prof.vector_flops > 0 and prof.vector_flops != profiles.CPU.vector_flops
+    assert prof.matmul_rate("float16") != prof.matmul_rate("bfloat16")
 
 
 def test_transpose_folded_is_measured_saved_and_loaded(tmp_path):
