@@ -347,12 +347,14 @@ class Optimized:
         self._fast_state = "broken"
         return want
 
-    def _fall_back(self, err: JaxrwError, cause: BaseException) -> str:
+    def _fall_back(self, err: JaxrwError, cause: BaseException, report: RewriteReport | None = None) -> str:
         """This signature runs jax.jit because of `err` (from `cause`): raised under strict, else
-        one warning. Returns the reason, for the entry and report."""
+        one warning, and `report` says so. Returns the reason, for the entry."""
         if self.strict:
             raise err if err is cause else err from cause
         warn_user(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}")
+        if report is not None:
+            report.fell_back(str(err))
         return str(err)
 
     def _check_arguments(self, args: tuple, kwargs: dict) -> None:
@@ -366,9 +368,7 @@ class Optimized:
         fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
         fall back with one warning (compile stage), or raise under strict."""
         want = self._jitted(*args, **kwargs)
-        entry.fallback = self._fall_back(RewriteStageError("compile", e), e)
-        if entry.report is not None:
-            entry.report.fell_back(entry.fallback)
+        entry.fallback = self._fall_back(RewriteStageError("compile", e), e, entry.report)
         return want
 
     def report(self, *args: Any, **kwargs: Any) -> RewriteReport | None:
@@ -491,7 +491,10 @@ class Optimized:
         report = result.report
         log.debug("jaxrw %s: %r", _name(self.fn), report)
         kept = (closed, result, profile) if self._keep else None
-        donate = tuple(i for i, o in enumerate(owners) if o in self.donate_argnums or o in self._donate_names)
+        donors = (
+            () if self.verify else (*self.donate_argnums, *self._donate_names)
+        )  # verify: jax.jit's run donates
+        donate = tuple(i for i, o in enumerate(owners) if o in donors)
         hoisted = getattr(result.fn, "hoisted", None)
         from .schedule import ScheduleUnavailableError, choice
 
@@ -515,9 +518,7 @@ class Optimized:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here
             except Exception as e:  # noqa: BLE001 - never break the user's program
                 err = e if isinstance(e, RewriteStageError) else RewriteStageError("schedule", e)
-                why = self._fall_back(err, e)
-                report.fell_back(why)
-                return Entry(self._jitted, out_tree, report, fallback=why)
+                return Entry(self._jitted, out_tree, report, fallback=self._fall_back(err, e, report))
             report.schedule = f"{chosen.choice}: {why or chosen.reason}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
             return Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)

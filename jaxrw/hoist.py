@@ -65,7 +65,7 @@ class HoistedCall:
         self.main_top = tuned_jit(hoisted.main_used, mode, self.main, donate_argnums=donate_used)
         self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
         self.values: list[Any] | None = None
-        self._refs: list[weakref.ref] | None = None
+        self._finalizers: list[weakref.finalize] = []  # clear the cache when a leaf of `ids` dies
         self.seen: tuple[int, ...] | None = None  # slow leaf ids of the previous call
         self.prologue_runs = 0
         self.direct_runs = 0
@@ -106,11 +106,15 @@ class HoistedCall:
         values = self.values
         if values is None or ids != self.ids:
             values = self.prologue(*slow)
-            self.ids, self.values = ids, values
-            self._refs = [weakref.ref(x) for x in slow]
-            for x in slow:
-                weakref.finalize(x, self._invalidate)
             self.prologue_runs += 1
+            if not all(isinstance(x, jax.Array) for x in slow):
+                # a NumPy array passed where the signature was built on jax arrays (one key for
+                # both): it can change in place under the same id, so its values are not kept
+                return self.run(leaves, values)
+            for f in self._finalizers:  # the old leaves' deaths must not clear these values
+                f.detach()
+            self.ids, self.values = ids, values
+            self._finalizers = [weakref.finalize(x, self._invalidate) for x in slow]
         return self.run(leaves, values)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import warnings
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -104,7 +105,7 @@ def test_traced_calls_go_through_the_full_path():
 def test_dropped_parameters_are_not_kept_alive_by_the_class_call():
     opt, p, x = _hoisted_opt()
     (entry,) = opt._cache.values()
-    refs = list(entry.call._refs)
+    refs = [weakref.ref(leaf) for leaf in jax.tree.leaves(p)]
     del p
     gc.collect()
     assert all(r() is None for r in refs) and entry.call.values is None
@@ -203,3 +204,42 @@ def test_parameters_captured_by_an_outer_trace_are_traced_through_never_cached()
         _close(ys[0], cell(p2, x))
     _close(opt(p2, x), cell(p2, x))
     _close(opt(p, x), cell(p, x))
+
+
+def test_numpy_parameters_changed_in_place_are_never_served_from_the_cache():
+    # built on jax arrays, then called with NumPy arrays of the same shapes (one signature key):
+    # the values were cached by the NumPy arrays' ids, and an in-place update was not seen
+    # (the third call was 22.7 off jax.jit's result)
+    p = _params(20)
+    x = _x(21)
+    f = jaxrw.optimize(cell, hoist_argnums=0)
+    _close(f(p, x), jax.jit(cell)(p, x))
+    pn = jax.tree.map(np.array, p)
+    rng = np.random.default_rng(22)
+    for _ in range(4):
+        pn["w"][0][...] = rng.standard_normal((32, 32)).astype(np.float32) / 6
+        _close(f(pn, x), jax.jit(cell)(pn, x))
+
+
+def test_verify_with_a_donated_argument():
+    # the program donated the buffer and verify's jax.jit run then read it: "Array has been deleted"
+    p, x = _params(23), _x(24)
+    want = jax.jit(cell)(p, x)
+    f = jaxrw.optimize(cell, donate_argnums=1, verify=True)
+    _close(f(p, jnp.array(x, copy=True)), want)
+
+
+def test_dropping_old_parameters_keeps_the_current_values():
+    # each prologue run registered a finalizer on its leaves that was never detached: dropping the
+    # previous parameters cleared the current ones' cached values, and the prologue ran again
+    f = jaxrw.optimize(cell, hoist_argnums=0)
+    x = _x(25)
+    p1, p2 = _params(26), _params(27)
+    f(p1, x)
+    f(p2, x)
+    f(p2, x)  # the same new arrays twice in a row: the prologue runs and caches them
+    runs = next(iter(f._cache.values())).call.prologue_runs
+    del p1
+    gc.collect()
+    _close(f(p2, x), jax.jit(cell)(p2, x))
+    assert next(iter(f._cache.values())).call.prologue_runs == runs
