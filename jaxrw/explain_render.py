@@ -150,14 +150,15 @@ class ExplanationViews:
             rows.append(
                 ("—", "unchanged", "", "", fmt_cost(b, model), fmt_cost(a, model), speedup_text(b, a))
             )
-        # the program-level terms of the totals (xla_passes.program_cost, CUDA profiles): what
-        # XLA's dot merger and fused kernels' shared reads add to or take from the node costs
+        # the program-level terms of the totals (xla_passes.program_cost): what XLA's dot merger
+        # and fused kernels' shared reads (CUDA profiles), and concat links decode cannot chain,
+        # add to or take from the node costs
         pb = self.cost_before - b - sum(g.cost_before for g in self.regions)
         pa = 0.0
         if self.status == "rewritten":  # a kept program's totals are its own: nothing extracted
             pa = self.cost_after - a - sum(g.cost_after for g in self.regions)
         if self.equations and max(abs(pb), abs(pa)) > 1e-6 * max(self.cost_before, 1e-30):
-            rows.append(("—", "XLA's passes", "", "", fmt_cost(pb, model), fmt_cost(pa, model), ""))
+            rows.append(("—", "program-level", "", "", fmt_cost(pb, model), fmt_cost(pa, model), ""))
         return rows
 
     def _where(self, i: int) -> str:
