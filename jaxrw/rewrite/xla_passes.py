@@ -181,9 +181,9 @@ def _merged_cost(model: Roofline, view: EGraphView, choice: dict[str, str], grou
 def program_cost(
     view: EGraphView, choice: dict[str, str], costs: dict[str, float], model: CostModel
 ) -> float:
-    """The chosen program's predicted time: its node costs, with the dots XLA merges on a GPU
-    priced as the merged GEMMs they become and operands read once per fused kernel
-    (`shared_reads`; roofline model on a CUDA profile only)."""
+    """The chosen program's predicted time: its node costs, with concat links decode cannot chain
+    repriced (`unchained_links`; any roofline model) and, on a CUDA profile, the dots XLA merges
+    priced as the merged GEMMs they become and operands read once per fused kernel (`shared_reads`)."""
     if not isinstance(model, Roofline):
         return dag_cost(view, choice, costs)
     order = reachable(view, choice, view.outputs)
