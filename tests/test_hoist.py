@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -86,10 +87,11 @@ def test_hoist_argnames_and_weak_references():
     p, x = _params(2), _x(3)
     np.testing.assert_allclose(opt(x, params=p), f(p, x), rtol=1e-4, atol=1e-5)
     call = _call(opt)
-    assert call._refs is not None and all(r() is not None for r in call._refs)
+    refs = [weakref.ref(leaf) for leaf in jax.tree.leaves(p)]
+    assert call.values is not None and all(f.alive for f in call._finalizers)
     del p
     gc.collect()
-    assert all(r() is None for r in call._refs)  # nothing kept alive that the user dropped
+    assert all(r() is None for r in refs)  # nothing kept alive that the user dropped
     assert call.values is None  # the cached values died with the arrays they came from
     p3 = _params(4)
     for _ in range(2):  # new arrays run jax.jit's program once, then are hoisted
