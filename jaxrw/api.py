@@ -491,9 +491,8 @@ class Optimized:
         report = result.report
         log.debug("jaxrw %s: %r", _name(self.fn), report)
         kept = (closed, result, profile) if self._keep else None
-        donors = (
-            () if self.verify else (*self.donate_argnums, *self._donate_names)
-        )  # verify: jax.jit's run donates
+        # under verify, jax.jit's reference run after the program is the one that donates
+        donors = () if self.verify else (*self.donate_argnums, *self._donate_names)
         donate = tuple(i for i, o in enumerate(owners) if o in donors)
         hoisted = getattr(result.fn, "hoisted", None)
         from .schedule import ScheduleUnavailableError, choice
