@@ -371,10 +371,14 @@ class Optimized:
         entry.fallback = self._fall_back(RewriteStageError("compile", e), e, entry.report)
         return want
 
+    def _is_disabled(self) -> bool:
+        """Whether JAXRW_DISABLE makes this a plain jax.jit: as read at the first call, or now if none yet."""
+        return disabled() if self._fast_state == "unknown" else self._fast_state == "disabled"
+
     def report(self, *args: Any, **kwargs: Any) -> RewriteReport | None:
         """The rewrite report of the signature these arguments have (traced if new)."""
         report = self._entry_for(args, kwargs)[0].report
-        if report is not None and (self._fast_state == "disabled" or disabled()):
+        if report is not None and self._is_disabled():
             return dataclasses.replace(
                 report, schedule="jax.jit: JAXRW_DISABLE is set (this is what jaxrw would run)"
             )

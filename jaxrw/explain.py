@@ -33,7 +33,7 @@ import jax
 
 from . import compat
 from .explain_render import ExplanationViews
-from .options import disabled
+from .rewrite.cost import speedup
 
 __all__ = ["explain", "Explanation", "EquationInfo", "RuleSite", "Region"]
 
@@ -85,7 +85,7 @@ class Region:
 
     @property
     def predicted_speedup(self) -> float:
-        return self.cost_before / self.cost_after if self.cost_after > 0 else float("inf")
+        return speedup(self.cost_before, self.cost_after)
 
 
 @dataclass(repr=False)  # the repr is the table of ExplanationViews
@@ -119,7 +119,7 @@ class Explanation(ExplanationViews):
 
     @property
     def predicted_speedup(self) -> float:
-        return self.cost_before / self.cost_after if self.cost_after > 0 else 1.0
+        return speedup(self.cost_before, self.cost_after)
 
     @property
     def measured_speedup(self) -> float | None:
@@ -172,6 +172,7 @@ def explain(
     else:
         opt, call_kw = optimize(fn, **opts), {}
     clone = dataclasses.replace(opt, _cache={}, _keep=True)
+    clone._fast_state = "disabled" if opt._is_disabled() else "off"  # JAXRW_DISABLE as opt's calls read it
     t0 = time.perf_counter()
     report = clone.report(*args, **call_kw)
     total_build = time.perf_counter() - t0
@@ -199,7 +200,7 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         k: _plain(getattr(opt, k)) for k in ("rules", "cost_model", "extractor", "numerics", "autotune")
     }
     options["limits"] = dataclasses.asdict(opt.limits)
-    off = opt._fast_state == "disabled" or disabled()
+    off = opt._is_disabled()
     if off:
         options["JAXRW_DISABLE"] = os.environ.get("JAXRW_DISABLE", "1")
     name = _name(opt.fn)

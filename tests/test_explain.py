@@ -356,3 +356,29 @@ def test_sizes_and_speedups_are_printed_in_readable_units():
 
     assert (fmt_bytes(512), fmt_bytes(1536), fmt_bytes(3 * 2**20)) == ("512 B", "1.50 KiB", "3.00 MiB")
     assert (speedup_text(2.0, 1.0), speedup_text(1.0, 0.0), speedup_text(0.0, 0.0)) == ("2.00x", "∞", "—")
+
+
+def test_every_predicted_speedup_reads_a_free_program_alike():
+    """A program predicted to cost nothing: a region said ∞ and the whole report 1.0 (no gain)."""
+    from jaxrw.explain import Explanation, Region
+    from jaxrw.rewrite.cost import speedup
+
+    assert (speedup(2.0, 1.0), speedup(1.0, 0.0), speedup(0.0, 0.0)) == (2.0, math.inf, 1.0)
+    region = Region(0, [0], ["r"], 1e-6, 0.0, {}, {}, [])
+    ex = Explanation("f", [], {}, "rewritten", "", {"cost_before": 1e-6, "cost_after": 0.0}, {})
+    assert region.predicted_speedup == ex.predicted_speedup == math.inf
+
+
+def test_the_disable_switch_is_reported_as_the_first_call_read_it(monkeypatch):
+    """JAXRW_DISABLE is read at the first call: set later, the calls still run the rewrite, so
+    report() and explain() must not say they are jax.jit (they did: each read the variable anew)."""
+    monkeypatch.delenv("JAXRW_DISABLE", raising=False)
+    f = jaxrw.optimize(chain)
+    args = _rand(9, (64, 64), (64, 64), (64, 64), (64, 2))
+    f(*args)
+    monkeypatch.setenv("JAXRW_DISABLE", "1")
+    assert "JAXRW_DISABLE" not in f.report(*args).schedule
+    ex = jaxrw.explain(f, *args)
+    assert ex.status == "rewritten" and "JAXRW_DISABLE" not in repr(ex)
+    g = jaxrw.optimize(chain)  # no call yet: the variable as it is now
+    assert "JAXRW_DISABLE is set" in g.report(*args).schedule

@@ -34,7 +34,15 @@ __all__ = [
     "COST_MODELS",
     "node_flops",
     "itemsize",
+    "speedup",
 ]
+
+def speedup(before: float, after: float) -> float:
+    """before / after: inf when only `after` is 0 (a program that costs nothing), 1.0 when both are."""
+    if after > 0:
+        return before / after
+    return float("inf") if before > 0 else 1.0
+
 
 # Ops XLA fuses into their neighbours: priced by the bytes they write, with no launch of their own.
 FUSIBLE = frozenset(

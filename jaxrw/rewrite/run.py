@@ -18,7 +18,7 @@ from typing import Any
 from egglog import run as run_schedule
 
 from ..errors import Interrupt, InvalidOptionError, JaxrwError, RewriteStageError
-from .cost import CostModel, get_cost_model
+from .cost import CostModel, get_cost_model, speedup
 from .decode import decode
 from .encode import Program, count_equations, encode
 from .extract import Extraction, get_extractor, node_costs
@@ -96,7 +96,7 @@ class RewriteReport:
 
     @property
     def predicted_speedup(self) -> float:
-        return self.cost_before / self.cost_after if self.cost_after > 0 else 1.0
+        return speedup(self.cost_before, self.cost_after)
 
     def fell_back(self, why: str) -> None:
         """After the rewrite: the signature runs jax.jit instead (`why`), so the report says so."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidOptionError, JaxrwError
+from ..rewrite.cost import speedup
 from ..rewrite.profiles import Profile
 from .buffers import ARENA_ALIGN, Buffer, Slot, Storage, place
 from .program import Lit, Program, build_program
@@ -135,7 +136,7 @@ class Plan:
 
     @property
     def predicted_speedup(self) -> float:
-        return self.xla_s / self.thunky_s if self.thunky_s > 0 else 1.0
+        return speedup(self.xla_s, self.thunky_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {
