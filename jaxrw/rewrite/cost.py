@@ -37,6 +37,7 @@ __all__ = [
     "speedup",
 ]
 
+
 def speedup(before: float, after: float) -> float:
     """before / after: inf when only `after` is 0 (a program that costs nothing), 1.0 when both are."""
     if after > 0:
