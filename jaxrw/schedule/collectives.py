@@ -29,6 +29,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend.core import jaxprs_in_params
 
 from .. import compat
 from ..rewrite.profiles import H200, Profile
@@ -254,13 +255,11 @@ def _shard_maps(jaxpr: Any) -> list[Any]:
 def _nested_collectives(params: dict) -> set[str]:
     """Collectives in the bodies an op carries (a scan, while, cond or call), at any depth."""
     found: set[str] = set()
-    for value in params.values():
-        for item in value if isinstance(value, tuple | list) else (value,):
-            jaxpr = getattr(item, "jaxpr", item)
-            for eqn in getattr(jaxpr, "eqns", ()):
-                if eqn.primitive.name in KINDS or eqn.primitive.name in UNMODELLED:
-                    found.add(eqn.primitive.name)
-                found |= _nested_collectives(eqn.params)
+    for jaxpr in jaxprs_in_params(params):  # the jaxpr of a ClosedJaxpr too
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name in KINDS or eqn.primitive.name in UNMODELLED:
+                found.add(eqn.primitive.name)
+            found |= _nested_collectives(eqn.params)
     return found
 
 
