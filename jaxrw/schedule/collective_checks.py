@@ -1,7 +1,7 @@
 """Checks of collective plans (`collectives.CollectivePlan`) on the CPU: per lane, reads after
 writes, consumers after their collective's `done`, no buffer written while an in-flight collective
 holds it; across lanes, the collectives two devices share issued in the same order with the same
-participants (a mismatch deadlocks NCCL)."""
+participants, and no cycle of devices waiting on each other (either deadlocks NCCL)."""
 
 from __future__ import annotations
 
@@ -192,3 +192,36 @@ def _check_issue_order(plan: CollectivePlan, problems: list[str]) -> None:
                     f"collectives issued in a different order on device {d} ({a}) and device {e} ({b}): "
                     "NCCL would deadlock"
                 )
+    if not problems:
+        _check_wait_cycles(plan, issued, kinds, problems)
+
+
+def _check_wait_cycles(
+    plan: CollectivePlan, issued: dict[int, list[int]], kinds: dict[int, str], problems: list[str]
+) -> None:
+    """Orders that agree pairwise can still deadlock on a 2-D mesh: d0 waits in a collective over
+    one axis for d1, which waits in one over the other axis for d3, and so on around a cycle. Runs
+    each device's collectives in issue order (one FIFO stream), each finishing once every member
+    of its group has reached it, and reports the devices left waiting."""
+    peers = {d: lane.peers for d, lane in plan.lanes.items()}
+    queues = {d: [(c, frozenset(peers[d].get(c) or (d,))) for c in cs] for d, cs in issued.items()}
+    heads = dict.fromkeys(queues, 0)
+    ready = True
+    while ready:
+        ready = False
+        for d, q in queues.items():
+            if heads[d] == len(q):
+                continue
+            head = q[heads[d]]  # (collective, group): ready once it heads every member's queue
+            if all(
+                e in queues and heads[e] < len(queues[e]) and queues[e][heads[e]] == head for e in head[1]
+            ):
+                for e in head[1]:
+                    heads[e] += 1
+                ready = True
+    stuck = {d: queues[d][k] for d, k in heads.items() if k < len(queues[d])}
+    if stuck:
+        waits = "; ".join(
+            f"device {d} in c{c} ({kinds.get(c)}) with {sorted(g)}" for d, (c, g) in sorted(stuck.items())
+        )
+        problems.append(f"collectives wait on each other in a cycle ({waits}): NCCL would deadlock")

@@ -172,7 +172,7 @@ class CollectivePlan:
             groups = " ".join("{" + ",".join(map(str, g)) + "}" for g in c.groups)
             sent, t = max(c.moved_bytes(d) for d in self.lanes), c.time_s(self.link, first) * us
             rid = self.collective_region(c.id).id
-            rows.append((f"c{c.id} (e{c.id})", c.kind, c.prim, ",".join(c.axes), groups, str(c.nbytes)))
+            rows.append((f"c{c.id} (e{c.op})", c.kind, c.prim, ",".join(c.axes), groups, str(c.nbytes)))
             rows[-1] += (f"{sent:.0f}", f"{t:.1f}", f"r{rid}")
         lines += _table(rows) if self.collectives else ["  no collectives"]
         rows = [("region", "kind", "stream", "ops", "µs", "reads -> writes")]
@@ -362,7 +362,8 @@ def _regions(
             steps.append(Step("start", (regions[-1].id,), COMM, c.id))
             inflight.append(c.id)
             continue
-        need = [inflight.index(made_by[a].id) for a in op.ins if a in made_by and made_by[a].id in inflight]
+        made = [made_by[a].id for a in op.ins if not isinstance(a, Lit) and a in made_by]  # a Lit: no hash
+        need = [inflight.index(m) for m in made if m in inflight]
         if need:
             flush()
             upto = max(need) + 1  # the stream is FIFO: earlier collectives are finished too

@@ -329,3 +329,67 @@ def test_other_broken_lanes_are_caught(names, device):
     bad = _copy(plan)
     bad.lanes[device].steps.append(Step("wait"))
     assert "unknown step kind" in _problems(bad)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda a: jax.lax.psum(a, "x") * 2.0,
+        lambda a: jax.nn.relu(jax.lax.psum(a, "x")),
+        lambda a: jax.lax.pmean(a, "x"),
+    ],
+    ids=["scaled", "relu", "pmean"],
+)
+def test_literals_after_a_collective_plan(body):
+    # a literal operand of an op placed after a collective was hashed (TypeError: TypedNdArray)
+    mesh = _mesh()
+    plan = plan_collectives(_smap(body, mesh, P("x"), P()), _put(mesh, (8, 4), P("x")))
+    check(plan)
+    (c,) = plan.collectives
+    assert c.kind == "all_reduce"
+
+
+def test_the_table_names_each_collective_by_its_equation():
+    mesh = _mesh()
+    f = _smap(lambda a: jnp.tanh(jax.lax.psum(jnp.tanh(a), "x")), mesh, P("x"), P())
+    plan = plan_collectives(f, _put(mesh, (8, 4), P("x")))
+    (c,) = plan.collectives
+    assert plan.program.ops[c.op].name.startswith("psum") and c.op != c.id
+    assert f"c{c.id} (e{c.op})" in repr(plan)  # it printed e{c.id}
+
+
+def _two_axis_plan():
+    """A psum over y (groups {0,1} {2,3}) and one over x ({0,2} {1,3}) on a 2x2 mesh."""
+    mesh = jax.make_mesh((2, 2), ("x", "y"))
+    a, b = (_put(mesh, (8, 8), P("x", "y"), seed=s) for s in (0, 1))
+    body = lambda a, b: (jax.lax.psum(a * 2, "y"), jax.lax.psum(b * 3, "x"))  # noqa: E731
+    f = jax.shard_map(
+        body, mesh=mesh, in_specs=(P("x", "y"), P("x", "y")), out_specs=(P("x", None), P(None, "y"))
+    )
+    return plan_collectives(f, a, b)
+
+
+def _issue_in_order(plan, devices, order):
+    """A copy of `plan` whose lanes in `devices` run their compute first, then start the
+    collectives in `order` (data dependencies still hold: each operand is ready before any start)."""
+    bad = _copy(plan)
+    for d in devices:
+        steps = plan.lanes[d].steps
+        runs = [s for s in steps if s.kind == "run"]
+        starts = {s.event: s for s in steps if s.kind == "start"}
+        dones = [s for s in steps if s.kind == "done"]
+        bad.lanes[d] = dataclasses.replace(plan.lanes[d], steps=runs + [starts[c] for c in order] + dones)
+    return bad
+
+
+def test_a_wait_cycle_across_axes_is_caught():
+    # no two devices share both psums, so the pairwise order check passed this deadlock
+    plan = _two_axis_plan()
+    check(plan)
+    c_y, c_x = (c.id for c in plan.collectives)
+    bad = _issue_in_order(plan, (1, 2), (c_x, c_y))
+    with pytest.raises(CollectiveError, match="wait on each other in a cycle"):
+        check(bad)
+    # one device issuing the other way round is no cycle: every group can still meet
+    check(_issue_in_order(plan, (0,), (c_x, c_y)))
+    check(_issue_in_order(plan, (0, 1, 2, 3), (c_x, c_y)))
