@@ -22,12 +22,14 @@ __all__ = ["Entry", "as_written", "leaf_key", "leaf_owners", "spec", "static_key
 
 
 def leaf_key(x: Any) -> tuple:
-    """(shape, dtype, weak type) of an array leaf or Python scalar, the same for its tracer inside
+    """(shape, dtype, weak type[, explicit sharding]) of an array leaf or Python scalar, the same for its tracer inside
     jit (optimize's fast path looks signatures up by their tracers); a clear error for anything
     else (non-arrays must be marked static)."""
     aval = getattr(x, "aval", None)  # fast path: jax arrays and tracers carry their abstract value
     if aval is not None and hasattr(aval, "weak_type"):
-        return (aval.shape, aval.dtype, aval.weak_type)
+        sharding = explicit_sharding(aval)
+        key = (aval.shape, aval.dtype, aval.weak_type)
+        return key if sharding is None else (*key, sharding)
     if isinstance(x, jax.Array | np.ndarray | np.generic) or compat.is_tracer(x):
         try:
             aval = compat.get_aval(x)
@@ -36,7 +38,9 @@ def leaf_key(x: Any) -> tuple:
                 f"argument leaf of dtype {getattr(x, 'dtype', '?')} is not a JAX array type; valid: arrays "
                 "of numeric or bool dtypes (mark other values static with static_argnums/static_argnames)"
             ) from e
-        return (tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False)))
+        key = (tuple(aval.shape), aval.dtype, bool(getattr(aval, "weak_type", False)))
+        sharding = explicit_sharding(aval)
+        return key if sharding is None else (*key, sharding)
     if isinstance(x, bool | int | float | complex):  # the key its tracer has under jit (weak type)
         return _scalar_key(x)
     raise InvalidOptionError(
@@ -65,10 +69,19 @@ def _scalar_key(x: bool | int | float | complex) -> tuple:
     return key
 
 
+def explicit_sharding(aval: Any) -> Any:
+    """The sharding of an array on a mesh with Explicit axes (jax.make_mesh's default in jax 0.12),
+    which is part of its type: shard_map checks it against in_specs, so it is traced and keyed
+    with it. None on other meshes (Auto: XLA places the values), as it is for unsharded arrays."""
+    sharding = getattr(aval, "sharding", None)
+    return sharding if sharding is not None and getattr(sharding.mesh, "explicit_axes", ()) else None
+
+
 def spec(x: Any) -> Any:
-    """The ShapeDtypeStruct a leaf is traced as."""
+    """The ShapeDtypeStruct a leaf is traced as (with its sharding where that is part of its type)."""
     aval = compat.get_aval(x)
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False))
+    weak = getattr(aval, "weak_type", False)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=weak, sharding=explicit_sharding(aval))
 
 
 def trace_config() -> tuple:
