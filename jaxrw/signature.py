@@ -22,9 +22,9 @@ __all__ = ["Entry", "as_written", "leaf_key", "leaf_owners", "spec", "static_key
 
 
 def leaf_key(x: Any) -> tuple:
-    """(shape, dtype, weak type[, explicit sharding]) of an array leaf or Python scalar, the same for its tracer inside
-    jit (optimize's fast path looks signatures up by their tracers); a clear error for anything
-    else (non-arrays must be marked static)."""
+    """(shape, dtype, weak type[, explicit sharding]) of an array leaf or Python scalar, the same
+    for its tracer inside jit (optimize's fast path looks signatures up by their tracers); a clear
+    error for anything else (non-arrays must be marked static)."""
     aval = getattr(x, "aval", None)  # fast path: jax arrays and tracers carry their abstract value
     if aval is not None and hasattr(aval, "weak_type"):
         sharding = explicit_sharding(aval)
