@@ -102,14 +102,12 @@ class Optimized:
             self.fn, self.static_argnums, self.static_argnames
         )
         self._donate_names = both_spellings(self.fn, self.donate_argnums, ())[1]  # passed by keyword
-        self._jitted = jax.jit(
-            self.fn,
-            static_argnums=self.static_argnums,
-            static_argnames=self.static_argnames,
-            donate_argnums=self.donate_argnums,
-        )
-
+        self._jitted = jax.jit(self.fn, **self._jit_options())
         self._fast = self._new_fast()
+
+    def _jit_options(self) -> dict[str, Any]:
+        names = ("static_argnums", "static_argnames", "donate_argnums")
+        return {k: getattr(self, k) for k in names}
 
     def _new_fast(self) -> Any:
         """A jax.jit of `_inline`, through a function of its own (jax caches traces by function: a
@@ -125,14 +123,8 @@ class Optimized:
                 return self.fn(*args, **kwargs)
             return self._inline(*args, **kwargs)
 
-        fast = tuned_jit(
-            inline,
-            self._fast_mode,
-            static_argnums=self.static_argnums,
-            static_argnames=self.static_argnames,
-            donate_argnums=self.donate_argnums,
-            donate_argnames=self._donate_names,  # `inline` takes *args: jit cannot map them itself
-        )
+        # `inline` takes *args: jit cannot map donated keyword arguments itself (donate_argnames)
+        fast = tuned_jit(inline, self._fast_mode, **self._jit_options(), donate_argnames=self._donate_names)
         fast, self._fast_nested = without_frame(fast)
         return fast
 
@@ -343,8 +335,10 @@ class Optimized:
         self._leave_jit()
         self._check_arguments(args, kwargs)
         want = self._jitted(*args, **kwargs)
-        self._fall_back(RewriteStageError("compile", e), e)
+        why = self._fall_back(RewriteStageError("compile", e), e)
         self._fast_state = "broken"
+        for entry in self._cache.values():  # every signature runs jax.jit now: each report says so
+            entry.fall_back(why)
         return want
 
     def _fall_back(self, err: JaxrwError, cause: BaseException, report: RewriteReport | None = None) -> str:
@@ -368,7 +362,7 @@ class Optimized:
         fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
         fall back with one warning (compile stage), or raise under strict."""
         want = self._jitted(*args, **kwargs)
-        entry.fallback = self._fall_back(RewriteStageError("compile", e), e, entry.report)
+        entry.fall_back(self._fall_back(RewriteStageError("compile", e), e))
         return want
 
     def _is_disabled(self) -> bool:
@@ -377,7 +371,10 @@ class Optimized:
 
     def report(self, *args: Any, **kwargs: Any) -> RewriteReport | None:
         """The rewrite report of the signature these arguments have (traced if new)."""
-        report = self._entry_for(args, kwargs)[0].report
+        entry = self._entry_for(args, kwargs)[0]
+        if self._fast_state == "broken":  # built since: its calls run jax.jit as well
+            entry.fall_back("an earlier call's rewritten program failed: jax.jit runs every call")
+        report = entry.report
         if report is not None and self._is_disabled():
             return dataclasses.replace(
                 report, schedule="jax.jit: JAXRW_DISABLE is set (this is what jaxrw would run)"

@@ -153,7 +153,13 @@ def test_a_fault_when_the_program_runs_falls_back(monkeypatch):
 
     monkeypatch.setattr(run, "decode", decode_failing_at_run_time)
     f, args = _program()
-    _expect_one_fallback(jaxrw.optimize(f, limits=jaxrw.Limits(min_gain=0)), f, args, "compile", "injected")
+    opt = jaxrw.optimize(f, limits=jaxrw.Limits(min_gain=0))
+    _expect_one_fallback(opt, f, args, "compile", "injected")
+    # every call runs jax.jit now: the reports say so (they said "rewritten"), a new signature's too
+    rep = opt.report(*args)
+    assert opt._fast_state == "broken" and not rep.rewritten and "injected" in rep.guard_note
+    other = opt.report(*(np.tile(a, (2, 2)) for a in args))
+    assert not other.rewritten and "earlier call" in other.guard_note
     with pytest.raises(RewriteStageError, match="injected") as info:
         jaxrw.optimize(f, strict=True, limits=jaxrw.Limits(min_gain=0))(*args)
     assert info.value.stage == "compile"
