@@ -111,3 +111,23 @@ def test_shard_map_functions_keep_their_shardings(axis_type):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-5)
         assert got.sharding.is_equivalent_to(want.sharding, got.ndim)
         assert opt.report(x, A, B) is not None  # it raised ValueError (Explicit)
+
+
+def test_a_collective_over_an_outer_axis_falls_back_saying_why():
+    # the fallback called a psum inside shard_map(optimize(body)) a side effect
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 virtual devices")
+    mesh = Mesh(np.array(jax.devices()[:4]), ("i",))
+    x = jax.device_put(_r(7, 8, 16), NamedSharding(mesh, P("i")))
+    A, B = ARGS[0], ARGS[1]
+
+    def body(x, A, B):
+        return jax.lax.psum((x @ A) @ B, "i")
+
+    inner = jaxrw.optimize(body)
+    run = jax.jit(jax.shard_map(inner, mesh=mesh, in_specs=(P("i"), P(), P()), out_specs=P()))
+    with pytest.warns(UserWarning, match="collectives over a named axis bound outside") as record:
+        got = run(x, A, B)
+    assert not any("side effects" in str(w.message) for w in record)
+    want = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("i"), P(), P()), out_specs=P()))(x, A, B)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-5)

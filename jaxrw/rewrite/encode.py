@@ -496,6 +496,12 @@ def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = fr
     says of this program's outputs where it is a body itself."""
     if closed.effects:
         names = sorted({type(e).__name__ for e in closed.effects})
+        if names == ["NamedAxisEffect"]:  # not a side effect, but the axis is bound outside this trace
+            raise UnsupportedProgramError(
+                "collectives over a named axis bound outside the function (psum in the body of a "
+                "shard_map, pmap or vmap with axis_name) are not rewritten: optimize the function "
+                "that calls shard_map instead"
+            )
         raise UnsupportedProgramError(f"programs with side effects are not rewritten (effects: {names})")
     enc = _Encoder(closed)
     enc.body_hook = body_hook
