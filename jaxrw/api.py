@@ -129,7 +129,7 @@ class Optimized:
         return fast
 
     # -- calling ----------------------------------------------------------------------------
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
             self._fast_state = "disabled" if disabled() else "on" if self._fast_path() else "off"
         if self._fast_state in ("on", "jit"):  # first: it is the path of most calls (µs count here)
@@ -237,7 +237,7 @@ class Optimized:
 
         return cuda_available()
 
-    def _inline(self, *args: Any, **kwargs: Any) -> Any:
+    def _inline(self, /, *args: Any, **kwargs: Any) -> Any:
         """Traced by `self._fast` (a jax.jit): this signature's program inlined into jit's trace."""
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
@@ -369,7 +369,7 @@ class Optimized:
         """Whether JAXRW_DISABLE makes this a plain jax.jit: as read at the first call, or now if none yet."""
         return disabled() if self._fast_state == "unknown" else self._fast_state == "disabled"
 
-    def report(self, *args: Any, **kwargs: Any) -> RewriteReport | None:
+    def report(self, /, *args: Any, **kwargs: Any) -> RewriteReport | None:
         """The rewrite report of the signature these arguments have (traced if new)."""
         entry = self._entry_for(args, kwargs)[0]
         if self._fast_state == "broken":  # built since: its calls run jax.jit as well
@@ -390,7 +390,7 @@ class Optimized:
             self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         return self._cache[key], key, leaves
 
-    def bind(self, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+    def bind(self, /, *args: Any, **kwargs: Any) -> Callable[..., Any]:
         """Fix the hoisted arguments to these arrays: returns a function of the other arguments
         whose calls go through jax's C++ dispatch with the hoisted work done once (jaxrw.hoist).
         Pass every argument once, as for a call (`bind(params, x)`): the others give the signature
@@ -399,7 +399,7 @@ class Optimized:
 
         return bind(self, args, kwargs)
 
-    def explain(self, *args: Any, **kwargs: Any) -> Any:
+    def explain(self, /, *args: Any, **kwargs: Any) -> Any:
         """`jaxrw.explain` of this function for these arguments (`measure=True` also times it)."""
         from .explain import explain
 

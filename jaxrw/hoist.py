@@ -378,7 +378,7 @@ class HotPath:
         refs, get = tuple(self.passed), operator.call
         slow_call = base.__call__
 
-        def hot_call(opt: Any, *args: Any, **kwargs: Any) -> Any:
+        def hot_call(opt: Any, /, *args: Any, **kwargs: Any) -> Any:
             # the slow arrays are still the cached ones (h.ids is replaced or cleared otherwise) and
             # args[0] holds them: every leaf alive, so the values belong to it
             if args and h.ids is token and same_lead(args[0]):

@@ -86,8 +86,14 @@ def spec(x: Any) -> Any:
 
 def trace_config() -> tuple:
     """The settings that change what a function traces to, as jax.jit keys its cache on them:
-    64-bit types (jnp.arange is int64 under x64) and the default matmul precision."""
-    return (("x64", jax.config.jax_enable_x64), ("precision", jax.config.jax_default_matmul_precision))
+    64-bit types (jnp.arange is int64 under x64), the default matmul precision, and type and rank
+    promotion (under "strict" or "raise" jax.jit raises where the default promotes)."""
+    c = jax.config
+    return (
+        ("x64", c.jax_enable_x64),
+        ("precision", c.jax_default_matmul_precision),
+        ("promotion", c.jax_numpy_dtype_promotion, c.jax_numpy_rank_promotion),
+    )
 
 
 def static_key(v: Any, what: str) -> Any:

@@ -145,7 +145,7 @@ class ThunkyProgram:
         self._tried = False
         self.why_not_direct: str | None = None  # why its first concrete call built no executor
 
-    def lower(self, *args: Any, **kwargs: Any) -> Any:
+    def lower(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.jitted.lower(*args, *self.bound, **kwargs)  # type: ignore[attr-defined]
 
     def __call__(self, *user: Any) -> Any:

@@ -82,7 +82,7 @@ class TopLevel:
     def __init__(self, tuned: Callable, plain: Callable):
         self.tuned, self.plain = tuned, plain
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         try:
             return self.tuned(*args, **kwargs)
         except ValueError as e:
