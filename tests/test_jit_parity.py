@@ -4,11 +4,11 @@ disable_jit, threads, donation under transformations, what a signature keeps ali
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jax
-import jax.numpy as jnp
 import jaxrw
 
 
