@@ -54,3 +54,29 @@ def test_promotion_contexts_are_part_of_the_signature(fn, context):
             jax.jit(fn)(*args)
         with pytest.raises(type(jitted.value)):
             opt(*args)
+
+
+THREADS = """
+import threading, warnings
+import jax.numpy as jnp, jaxrw
+warnings.simplefilter("error")  # a fallback's warning fails the thread
+got = {}
+def work(name, n, bias):
+    f = jaxrw.optimize(lambda A, B, v: A @ B @ v + bias)
+    args = (jnp.ones((n, n)), jnp.ones((n, n)), jnp.ones(n))
+    f(*args)
+    got[name] = f.report(*args).rewritten
+ts = [threading.Thread(target=work, args=("a", 128, 0.0)), threading.Thread(target=work, args=("b", 96, 1.0))]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(sorted(got.items()))
+"""
+
+
+def test_two_threads_making_the_first_rewrites_of_a_process():
+    # egglog's rule declarations raced: one signature fell back with a KeyError
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[('a', True), ('b', True)]", out.stderr[-2000:]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -272,6 +273,21 @@ def _run_main(
             break
 
 
+# egglog's rule declarations (made at the process's first rewrite) and e-graphs are not safe to
+# use from two threads at once: one rewrite at a time (reentrant: bodies are rewritten within)
+_ONE_AT_A_TIME = threading.RLock()
+
+
+def _one_at_a_time(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def serialized(*args: Any, **kwargs: Any) -> Any:
+        with _ONE_AT_A_TIME:
+            return fn(*args, **kwargs)
+
+    return serialized
+
+
+@_one_at_a_time
 def rewrite_jaxpr(
     closed: Any,
     *,
