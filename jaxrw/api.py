@@ -436,14 +436,16 @@ class Optimized:
         return (dyn_args, dyn_kwargs), (*statics, *trace_config())
 
     def _flat_fn(self, args: tuple, kwargs: dict, in_tree: Any) -> Callable:
-        static_pos = set(self.static_argnums)
+        # only the static values are kept: the program must not hold the call's arrays (or tracers)
+        static_args = {i: args[i] for i in self.static_argnums if i < len(args)}
+        static_kw = {k: v for k, v in kwargs.items() if k in self.static_argnames}
+        n, names, fn = len(args), list(kwargs), self.fn
 
         def flat(*leaves: Any) -> Any:
             dyn_args, dyn_kwargs = jax.tree_util.tree_unflatten(in_tree, leaves)
             it = iter(dyn_args)
-            full = [args[i] if i in static_pos else next(it) for i in range(len(args))]
-            kw = {k: (kwargs[k] if k in self.static_argnames else dyn_kwargs[k]) for k in kwargs}
-            return self.fn(*full, **kw)
+            full = [static_args[i] if i in static_args else next(it) for i in range(n)]
+            return fn(*full, **{k: static_kw[k] if k in static_kw else dyn_kwargs[k] for k in names})
 
         return flat
 

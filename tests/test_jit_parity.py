@@ -80,3 +80,23 @@ def test_two_threads_making_the_first_rewrites_of_a_process():
     out = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[('a', True), ('b', True)]", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("options", [{"verify": True}, {"hoist_argnums": 0}, {}])
+def test_a_signature_keeps_no_argument_of_the_call_that_built_it(options):
+    # the traced function closed over the whole call: arrays pinned, tracers leaked (checking_leaks)
+    import gc
+    import weakref
+
+    def kept(x):
+        return jnp.tanh(x) * 2
+
+    f = jaxrw.optimize(kept, **options)
+    x = _r(3, 1024)
+    f(x)
+    ref = weakref.ref(x)
+    del x
+    gc.collect()
+    assert ref() is None
+    with jax.checking_leaks():
+        jax.jit(jaxrw.optimize(kept, **options))(_r(4, 8))
