@@ -105,6 +105,9 @@ class Optimized:
         self._jitted = jax.jit(self.fn, **self._jit_options())
         self._fast = self._new_fast()
 
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:  # a method: bound, as jax.jit's are
+        return self if obj is None else functools.partial(self, obj)
+
     def _jit_options(self) -> dict[str, Any]:
         names = ("static_argnums", "static_argnames", "donate_argnums")
         return {k: getattr(self, k) for k in names}
@@ -119,7 +122,7 @@ class Optimized:
         self._fast_gen = generation = object()
 
         def inline(*args: Any, **kwargs: Any) -> Any:
-            if generation is not self._fast_gen:
+            if generation is not self._fast_gen or jax.config.jax_disable_jit:
                 return self.fn(*args, **kwargs)
             return self._inline(*args, **kwargs)
 
@@ -145,6 +148,8 @@ class Optimized:
                 return self._fast_failed(e, args, kwargs)
         if self._fast_state in ("broken", "disabled"):
             return self._jitted(*args, **kwargs)
+        if jax.config.jax_disable_jit:  # jax.disable_jit(): run eagerly, as jax.jit's function does
+            return self.fn(*args, **kwargs)
         if self._hot_path is not None:  # hoisting, with one signature called so far
             try:
                 out = self._hot_path(self, args, kwargs)

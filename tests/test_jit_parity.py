@@ -100,3 +100,54 @@ def test_a_signature_keeps_no_argument_of_the_call_that_built_it(options):
     assert ref() is None
     with jax.checking_leaks():
         jax.jit(jaxrw.optimize(kept, **options))(_r(4, 8))
+
+
+def test_a_method_is_bound_to_its_instance():
+    # Optimized was no descriptor: m.apply(W, x) called the function without `self`
+    import functools
+
+    class Model:
+        scale = 2.0
+
+        def __hash__(self):
+            return 1
+
+        @functools.partial(jaxrw.optimize, static_argnums=0)
+        def apply(self, W, x):
+            return W @ W @ x * self.scale
+
+        @jaxrw.optimize
+        def plain(W, x):  # noqa: N805 - reached through the class, unbound
+            return W @ x
+
+    m, W, x = Model(), _r(5, 8, 8), _r(6, 8)
+    np.testing.assert_allclose(m.apply(W, x), W @ W @ x * 2.0, rtol=1e-5)
+    np.testing.assert_allclose(Model.plain(W, x), W @ x, rtol=1e-5)
+    assert isinstance(Model.__dict__["apply"], jaxrw.Optimized)
+
+
+@pytest.mark.parametrize("first_outside", [False, True])
+def test_disable_jit_runs_the_function_eagerly(first_outside):
+    # it was traced: an eager-only check failed as a "compile stage" fault, and then every later
+    # call of the instance ran jax.jit
+    seen = []
+
+    def f(A, v):
+        seen.append(isinstance(v, jax.core.Tracer))
+        if not bool(jnp.isfinite(v).all()):  # a check that only runs eagerly
+            raise ValueError("non-finite input")
+        return A @ A @ v
+
+    A, v = _r(7, 32, 32), _r(8, 32)
+    opt = jaxrw.optimize(f, strict=True)
+    if first_outside:
+        with pytest.raises(Exception):  # noqa: B017 - jax.jit's error for bool() of a tracer
+            opt(A, v)
+        opt = jaxrw.optimize(lambda A, v: A @ A @ v, strict=True)
+        opt(A, v)
+    with jax.disable_jit():
+        seen.clear()
+        got = jaxrw.optimize(f, strict=True)(A, v)
+        assert seen == [False]
+        np.testing.assert_allclose(got, A @ A @ v, rtol=1e-5)
+        np.testing.assert_allclose(opt(A, v), A @ A @ v, rtol=1e-5)
