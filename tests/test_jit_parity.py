@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxrw
+from jaxrw.tolerance import relative_error
 
 
 def _r(seed, *shape):
@@ -151,3 +152,21 @@ def test_disable_jit_runs_the_function_eagerly(first_outside):
         assert seen == [False]
         np.testing.assert_allclose(got, A @ A @ v, rtol=1e-5)
         np.testing.assert_allclose(opt(A, v), A @ A @ v, rtol=1e-5)
+
+
+def test_verify_compares_keys_and_infinities_quietly():
+    # a typed PRNG key output raised TypeError in tolerance(); an Inf output warned from NumPy
+    import warnings
+
+    def split(key, A, v):
+        return jax.random.split(key), A @ A @ v
+
+    key, A, v = jax.random.key(0), _r(9, 16, 16), _r(10, 16)
+    got = jaxrw.optimize(split, verify=True, strict=True)(key, A, v)
+    want = jax.jit(split)(key, A, v)
+    np.testing.assert_array_equal(jax.random.key_data(got[0]), jax.random.key_data(want[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = jaxrw.optimize(lambda A, v: A @ A @ v / 0.0, verify=True, strict=True)(A, v)
+    assert np.isinf(out).any()
+    assert relative_error(np.array([np.inf, 1.0]), np.array([np.inf, 1.0])) == 0.0
