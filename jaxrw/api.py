@@ -20,7 +20,7 @@ from typing import Any
 import jax
 
 from . import compat
-from .errors import InvalidOptionError, JaxrwError, RewriteStageError, VerificationError
+from .errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker, slow_leaves
 from .logs import warn_user
 from .options import both_spellings, checked_options, disabled
@@ -30,7 +30,7 @@ from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, Limits, RewriteReport, rewrite_jaxpr
 from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
 from .signature import Entry, as_written, leaf_key, leaf_owners, spec, static_key, trace_config
-from .tolerance import relative_error, tolerance
+from .tolerance import check_outputs, relative_error, tolerance
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
 
@@ -210,7 +210,7 @@ class Optimized:
                 self._set_hot_path(entry.hot)
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not compat.traced(leaves):
-            self._verify(result, args, kwargs)
+            check_outputs(result, self._jitted(*args, **kwargs), _name(self.fn))
         return result
 
     def python_path_only(self) -> Optimized:
@@ -530,20 +530,6 @@ class Optimized:
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
             return Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
         return Entry(call, out_tree, report, trace=kept)
-
-    def _verify(self, result: Any, args: tuple, kwargs: dict) -> None:
-        want = self._jitted(*args, **kwargs)
-        got_leaves = jax.tree_util.tree_leaves(result)
-        want_leaves = jax.tree_util.tree_leaves(want)
-        for i, (g, w) in enumerate(zip(got_leaves, want_leaves, strict=True)):
-            if jax.dtypes.issubdtype(w.dtype, jax.dtypes.extended):  # PRNG keys: their bits, exactly
-                g, w = jax.random.key_data(g), jax.random.key_data(w)
-            tol = tolerance(jax.numpy.asarray(w).dtype)
-            err = relative_error(g, w)
-            if err > tol:
-                raise VerificationError(
-                    f"{_name(self.fn)}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}"
-                )
 
 
 def _name(fn: Callable) -> str:

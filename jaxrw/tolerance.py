@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 
-__all__ = ["tolerance", "relative_error"]
+from .errors import VerificationError
+
+__all__ = ["tolerance", "relative_error", "check_outputs"]
 
 
 def tolerance(dtype: Any) -> float:
@@ -39,3 +42,17 @@ def relative_error(got: Any, want: Any) -> float:
     if den == 0:
         return float(num)
     return float(num / den)
+
+
+def check_outputs(got: Any, want: Any, name: str) -> None:
+    """`verify`: raise VerificationError unless every output of the rewritten program is within
+    its dtype's tolerance of jax.jit's (PRNG keys: their bits, exactly)."""
+    got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    for i, (g, w) in enumerate(zip(got_leaves, want_leaves, strict=True)):
+        if jax.dtypes.issubdtype(w.dtype, jax.dtypes.extended):
+            g, w = jax.random.key_data(g), jax.random.key_data(w)
+        tol, err = tolerance(jax.numpy.asarray(w).dtype), relative_error(g, w)
+        if err > tol:
+            raise VerificationError(
+                f"{name}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}"
+            )
