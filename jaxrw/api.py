@@ -93,6 +93,7 @@ class Optimized:
     _hot: dict[Any, tuple] = field(default_factory=dict, init=False, repr=False)
     _hot_path: HotPath | None = _state(None)  # of the last such signature called
     _hot_path_off: bool = _state(False)  # it met another signature: not used again
+    _undonated: Any = _state(None)  # this function without donation (`_without_donation`)
 
     def __post_init__(self):
         if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
@@ -107,6 +108,14 @@ class Optimized:
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:  # a method: bound, as jax.jit's are
         return self if obj is None else functools.partial(self, obj)
+
+    def _without_donation(self, *args: Any, **kwargs: Any) -> Any:
+        """A call under grad/vmap/jit: donation means nothing there, and jax would still donate the
+        concrete arrays of grad's forward pass (a rewrite that keeps a residual the size of a donated
+        argument then reads a deleted buffer: jax.jit of the rewritten form fails alike)."""
+        if self._undonated is None:
+            self._undonated = dataclasses.replace(self, donate_argnums=(), _cache={})
+        return self._undonated(*args, **kwargs)
 
     def _jit_options(self) -> dict[str, Any]:
         names = ("static_argnums", "static_argnames", "donate_argnums")
@@ -133,6 +142,8 @@ class Optimized:
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        if self.donate_argnums and compat.traced(jax.tree_util.tree_leaves((args, kwargs))):
+            return self._without_donation(*args, **kwargs)
         if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
             self._fast_state = "disabled" if disabled() else "on" if self._fast_path() else "off"
         if self._fast_state in ("on", "jit"):  # first: it is the path of most calls (µs count here)
@@ -412,6 +423,7 @@ class Optimized:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._undonated = None
         self._unbuilt.clear()
         self._hot.clear()
         self._set_hot_path(None, off=False)

@@ -170,3 +170,21 @@ def test_verify_compares_keys_and_infinities_quietly():
         out = jaxrw.optimize(lambda A, v: A @ A @ v / 0.0, verify=True, strict=True)(A, v)
     assert np.isinf(out).any()
     assert relative_error(np.array([np.inf, 1.0]), np.array([np.inf, 1.0])) == 0.0
+
+
+def test_grad_of_a_donating_function():
+    # jax donated the forward pass's concrete v under grad; the rewritten A @ (A @ v) reused its
+    # buffer for a residual: "Array has been deleted" where jax.grad(jax.jit(loss)) ran
+    import warnings
+
+    def loss(A, v):
+        return jnp.sum(A @ A @ v)
+
+    A, v = _r(11, 64, 64) / 8, _r(12, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # jax: some donated buffers were not usable
+        want = jax.grad(jax.jit(loss, donate_argnums=1))(A, v)
+        opt = jaxrw.optimize(loss, donate_argnums=1, strict=True)
+        got = jax.grad(opt)(A, v)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert not v.is_deleted()
