@@ -188,7 +188,7 @@ class Optimized:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-        if self._fast_state == "on" and self._all_original() and not any(map(compat.is_tracer, leaves)):
+        if self._fast_state == "on" and self._all_original():
             self._enter_jit()
             try:
                 return self._fast(*args, **kwargs)

@@ -188,3 +188,28 @@ def test_grad_of_a_donating_function():
         got = jax.grad(opt)(A, v)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert not v.is_deleted()
+
+
+def test_a_kept_signature_under_eager_grad_is_not_traced_again(monkeypatch):
+    # every call under an eager jax.grad traced a new inlining jit (about 2x jax.jit's time)
+    import jaxrw.api as api
+
+    traces = []
+    inline = api.Optimized._inline
+    monkeypatch.setattr(
+        api.Optimized, "_inline", lambda self, *a, **k: traces.append(1) or inline(self, *a, **k)
+    )
+
+    def loss(A, B, v):
+        return jnp.sum(jnp.tanh(A @ B @ v))
+
+    A, v = _r(13, 32, 32) / 8, _r(14, 32)
+    opt = jaxrw.optimize(loss)
+    assert not opt.report(A, A, v).rewritten  # kept as written (the guard's margin)
+    grad = jax.grad(opt, argnums=2)
+    want = jax.grad(jax.jit(loss), argnums=2)(A, A, v)
+    grad(A, A, v)
+    traces.clear()
+    for _ in range(5):
+        np.testing.assert_allclose(grad(A, A, v), want, rtol=1e-5, atol=1e-6)
+    assert not traces
