@@ -29,7 +29,7 @@ from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, Limits, RewriteReport, rewrite_jaxpr
 from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
-from .signature import Entry, as_written, leaf_key, leaf_owners, spec, static_key, trace_config
+from .signature import Entry, as_written, leaf_key, leaf_keys, leaf_owners, spec, static_key, trace_config
 from .tolerance import check_outputs, relative_error, tolerance
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
@@ -184,7 +184,7 @@ class Optimized:
             # the full path below traces the hoisted program through instead)
             elif not compat.traced(h.pick_slow(leaves)) and h.wants_direct(ids):
                 return self._run_direct(entry, args, kwargs)
-        key = (in_tree, tuple(map(leaf_key, leaves)), statics)
+        key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
@@ -257,7 +257,7 @@ class Optimized:
         """Traced by `self._fast` (a jax.jit): this signature's program inlined into jit's trace."""
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
-        key = (in_tree, tuple(leaf_key(x) for x in leaves), statics)
+        key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)
         entry = self._cache.get(key)
         if self._fast_state == "jit":  # this jit is the class's __call__: the user's function here
             if entry is None and not self._build_outside():
@@ -370,8 +370,7 @@ class Optimized:
     def _check_arguments(self, args: tuple, kwargs: dict) -> None:
         """Raise jaxrw's clear error for a bad static value or a leaf that is not an array."""
         dyn, _statics = self._split(args, kwargs)
-        for x in jax.tree_util.tree_leaves(dyn):
-            leaf_key(x)
+        leaf_keys(jax.tree_util.tree_leaves(dyn), dyn, self.static_argnums)
 
     def _first_call_failed(self, entry: Entry, e: Exception, args: tuple, kwargs: dict) -> Any:
         """The built program failed on its first call. jax.jit runs the same arguments first: if it
@@ -401,7 +400,7 @@ class Optimized:
         """(this signature's entry, built if new; its cache key; the flat argument leaves)."""
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
-        key = (in_tree, tuple(leaf_key(x) for x in leaves), statics)
+        key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)
         if key not in self._cache:
             self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         return self._cache[key], key, leaves

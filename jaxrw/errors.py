@@ -12,6 +12,7 @@ __all__ = [
     "RewriteStageError",
     "VerificationError",
     "InvalidOptionError",
+    "InvalidArgumentError",
     "Interrupt",
 ]
 
@@ -44,6 +45,11 @@ class Interrupt(BaseException):  # noqa: N818 - like KeyboardInterrupt
 
 class InvalidOptionError(JaxrwError, ValueError):
     """An option has a value outside its valid set; the message names both."""
+
+
+class InvalidArgumentError(InvalidOptionError, TypeError):
+    """A call's argument is not one jax.jit takes (a leaf that is no array): a TypeError, as
+    jax.jit's is, and an InvalidOptionError; the message names where it is."""
 
 
 def check_choice(option: str, value: object, valid: list | tuple | dict) -> None:

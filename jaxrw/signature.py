@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from . import compat
-from .errors import InvalidOptionError
+from .errors import InvalidArgumentError, InvalidOptionError
 
 if TYPE_CHECKING:
     from .hoist import HotPath
@@ -34,7 +34,7 @@ def leaf_key(x: Any) -> tuple:
         try:
             aval = compat.get_aval(x)
         except TypeError as e:  # e.g. NumPy string or object arrays
-            raise InvalidOptionError(
+            raise InvalidArgumentError(
                 f"argument leaf of dtype {getattr(x, 'dtype', '?')} is not a JAX array type; valid: arrays "
                 "of numeric or bool dtypes (mark other values static with static_argnums/static_argnames)"
             ) from e
@@ -43,10 +43,30 @@ def leaf_key(x: Any) -> tuple:
         return key if sharding is None else (*key, sharding)
     if isinstance(x, bool | int | float | complex):  # the key its tracer has under jit (weak type)
         return _scalar_key(x)
-    raise InvalidOptionError(
+    raise InvalidArgumentError(
         f"argument leaf {x!r} of type {type(x).__name__} is not an array; valid: jax/numpy arrays and Python "
         "scalars (mark other values static with static_argnums/static_argnames)"
     )
+
+
+def leaf_keys(leaves: list, call: tuple, static_argnums: tuple[int, ...]) -> tuple:
+    """The keys of a call's flat leaves; for a leaf that is no array, an error that names where it
+    is in `call` (the dynamic (args, kwargs)), as jax.jit's does: "argument 2 ['opt']['name']"."""
+    try:
+        return tuple(map(leaf_key, leaves))
+    except InvalidArgumentError as e:
+        for path, x in jax.tree_util.tree_flatten_with_path(call)[0]:
+            try:
+                leaf_key(x)
+            except InvalidArgumentError:
+                first, rest = path[1], jax.tree_util.keystr(path[2:])
+                if path[0].idx == 0:  # positional: its index in the user's call, statics counted
+                    pos = [i for i in range(len(call[0]) + len(static_argnums)) if i not in static_argnums]
+                    where = f"argument {pos[first.idx]}"
+                else:
+                    where = f"keyword argument {first.key!r}"
+                raise InvalidArgumentError(f"{where}{rest and ' at ' + rest}: {e}") from None
+        raise
 
 
 _scalar_keys: dict[tuple[type, bool], tuple] = {}  # (Python type, x64 on) -> its key

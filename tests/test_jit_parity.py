@@ -213,3 +213,20 @@ def test_a_kept_signature_under_eager_grad_is_not_traced_again(monkeypatch):
     for _ in range(5):
         np.testing.assert_allclose(grad(A, A, v), want, rtol=1e-5, atol=1e-6)
     assert not traces
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_leaf_that_is_no_array_is_a_type_error_that_says_where(static):
+    # it was a ValueError naming only the value: code catching jax.jit's TypeError missed it
+    from jaxrw.errors import InvalidOptionError
+
+    def step(params, k, cfg):
+        return params["w"] @ params["w"] * cfg["opt"]["lr"] * k
+
+    f = jaxrw.optimize(step, static_argnums=1) if static else jaxrw.optimize(step)
+    cfg = {"opt": {"lr": 0.1, "name": "adam"}}
+    with pytest.raises(TypeError, match=r"argument 2 at \['opt'\]\['name'\]: .*'adam' of type str") as err:
+        f({"w": _r(15, 4, 4)}, 2, cfg)
+    assert isinstance(err.value, InvalidOptionError)
+    with pytest.raises(TypeError, match=r"keyword argument 'cfg' at \['opt'\]\['name'\]"):
+        f({"w": _r(15, 4, 4)}, 2, cfg=cfg)
