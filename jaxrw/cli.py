@@ -11,6 +11,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main", "build_parser"]
 
@@ -47,6 +48,12 @@ def _nonneg_float(text: str) -> float:
     return v
 
 
+def _nonempty(text: str) -> str:
+    if not text.strip():  # `--json "$OUT"` with OUT unset: silently no file, or every case
+        raise argparse.ArgumentTypeError("empty value; valid: a non-empty path or pattern")
+    return text
+
+
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
 
@@ -72,17 +79,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--case",
         metavar="PATTERN",
+        type=_nonempty,
         default=None,
         help="only the case of this name, or those matching this glob or substring (a comma-separated list)",
     )
     b.add_argument("--size", choices=SIZE_CHOICES, default="small", help="small (CPU) or large (GPU) inputs")
     b.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32")
     b.add_argument(
-        "--json", metavar="PATH", default=None, help="write every sample and the environment as JSON"
+        "--json",
+        metavar="PATH",
+        type=_nonempty,
+        default=None,
+        help="write every sample and the environment as JSON",
     )
     b.add_argument(
         "--plot",
         metavar="PATH",
+        type=_nonempty,
         default=None,
         help="write a plot of the speedups (log scale): .png, .pdf or .svg",
     )
@@ -136,11 +149,10 @@ def _bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .bench.case import select
-    from .bench.report import SLOWER, plot, table
+    from .bench.report import plot, table
     from .bench.runner import Options, run
-    from .bench.summarize import settled_line
     from .errors import InvalidOptionError
-    from .options import output_problem
+    from .options import disabled, output_problem
 
     console = Console()
     if not console.is_terminal:
@@ -155,6 +167,11 @@ def _bench(args: argparse.Namespace) -> int:
         if problem:
             print(f"jaxrw bench: error: {problem}", file=sys.stderr)
             return 2
+    if args.json and args.plot and Path(args.json).resolve() == Path(args.plot).resolve():
+        print(f"jaxrw bench: error: --json and --plot name one file ({args.plot!r})", file=sys.stderr)
+        return 2
+    if disabled():
+        print("jaxrw bench: warning: JAXRW_DISABLE is set, so the jaxrw column times jax.jit's program")
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -192,37 +209,59 @@ def _bench(args: argparse.Namespace) -> int:
                 progress.advance(task)
 
         result = run(cases, opts, on_case)
+    for path, write in ((args.json, _write_json), (args.plot, plot)):  # first: a closed pipe loses nothing
+        if path:
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                write(result, path)
+            except OSError as e:
+                print(f"jaxrw bench: error: could not write {path!r}: {e}", file=sys.stderr)
+                return 2
+            if not args.quiet:
+                console.print(f"wrote {path}")
     if not args.quiet:
         console.print(table(result))
-        limit = opts.round_limit()
-        more = f" (up to {limit} where a speedup's interval straddled 0.98x)" if limit > opts.repeats else ""
-        console.print(
-            f"[dim]{len(result['cases'])} cases in {result['meta']['total_s']:.0f} s. Times: medians of "
-            f"{opts.repeats} interleaved samples{more}. speedup: jax.jit time / jaxrw time; in jit: jaxrw "
-            "called inside an outer jax.jit; hand: hand-optimized. rel err: against float64.[/dim]"
-        )
-        if limit > opts.repeats:
-            console.print(settled_line(result["cases"]))
-        for s in result["summary"].values():
-            if s["slower"] or s["errors"] or s["not_timed"] or s["skipped"]:
-                console.print(
-                    f"{s['suite']}/{s['dtype']}: median speedup under {SLOWER:.2f}x: "
-                    + (", ".join(s["slower"]) or "none")
-                    + (f"; errors: {', '.join(s['errors'])}" if s["errors"] else "")
-                    + (f"; not timed: {', '.join(s['not_timed'])}" if s["not_timed"] else "")
-                    + (f"; skipped: {', '.join(s['skipped'])}" if s["skipped"] else "")
-                )
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1, default=_json_default))
-        if not args.quiet:
-            console.print(f"wrote {args.json}")
-    if args.plot:
-        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-        plot(result, args.plot)
-        if not args.quiet:
-            console.print(f"wrote {args.plot}")
-    return 1 if any(r["status"] == "error" for r in result["cases"]) else 0
+        _footer(console, result, opts)
+    if result["meta"].get("interrupted"):
+        return 130
+    return 1 if any(s["errors"] or s["numerics_failed"] for s in result["summary"].values()) else 0
+
+
+def _write_json(result: dict, path: str) -> None:
+    Path(path).write_text(json.dumps(result, indent=1, default=_json_default))
+
+
+def _footer(console: Any, result: dict, opts: Any) -> None:
+    """What the table's cells alone do not say: units and sampling, and every case a geomean
+    leaves out or that needs a second look."""
+    from .bench.report import SLOWER
+    from .bench.summarize import settled_line
+
+    limit = opts.round_limit()
+    more = f" (up to {limit} where a speedup's interval straddled 0.98x)" if limit > opts.repeats else ""
+    console.print(
+        f"[dim]{len(result['cases'])} cases in {result['meta']['total_s']:.0f} s. Times: medians of "
+        f"{opts.repeats} interleaved samples{more}. speedup: jax.jit time / jaxrw time; in jit: jaxrw "
+        "called inside an outer jax.jit; hand: hand-optimized (its geomean over the cases that have one, "
+        "counted where fewer). rel err: against float64.[/dim]"
+    )
+    if limit > opts.repeats:
+        console.print(settled_line(result["cases"]))
+    lists = (
+        ("slower", f"median speedup under {SLOWER:.2f}x"),
+        ("slower_new_args", f"under {SLOWER:.2f}x with new weights every call"),
+        ("numerics_failed", "[red]outside the error tolerance (not in the geomean)[/red]"),
+        ("hand_numerics_failed", "hand-written version outside the tolerance"),
+        ("errors", "errors"),
+        ("not_timed", "not timed"),
+        ("skipped", "skipped"),
+    )
+    for s in result["summary"].values():
+        said = [f"{what}: {', '.join(s[key])}" for key, what in lists if s.get(key)]
+        if said:
+            console.print(f"{s['suite']}/{s['dtype']}: " + "; ".join(said))
+    if result["meta"].get("jaxrw_disabled"):
+        console.print("[yellow]JAXRW_DISABLE was set: the jaxrw column timed jax.jit's program.[/yellow]")
 
 
 def _json_default(x: object) -> object:

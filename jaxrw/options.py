@@ -128,6 +128,8 @@ def output_problem(path: str, option: str, suffixes: tuple[str, ...] = ()) -> st
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         return f"{option} {path!r}: {parent} is not a writable directory"
+    if p.exists() and not os.access(p, os.W_OK):
+        return f"{option} {path!r} exists and is not writable"
     return None
 
 

@@ -93,30 +93,37 @@ def summarize_suites(records: list[dict]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for key in dict.fromkeys((r["suite"], r["dtype"]) for r in records):
         rs = [r for r in records if (r["suite"], r["dtype"]) == key]
-        sp = [r["speedup"] for r in rs if r.get("speedup")]
-        paired = {r["case"]: p for r in rs if (p := paired_speedup(r)) is not None}
+        # a speedup of a result outside the tolerance is no gain: listed, not averaged
+        wrong = [r["case"] for r in rs if r["status"] == "ok" and not r.get("numerics_ok", True)]
+        timed = [r for r in rs if r.get("speedup") and r["case"] not in wrong]
+        sp = [r["speedup"] for r in timed]
+        paired = {r["case"]: p for r in timed if (p := paired_speedup(r)) is not None}
+        hand = [r for r in timed if r.get("hand_speedup") and r.get("hand_numerics_ok", True)]
         out[f"{key[0]}/{key[1]}"] = {
             "suite": key[0],
             "dtype": key[1],
             "cases": len(rs),
             "timed": len(sp),
             "geomean_speedup": geomean(sp),
-            "geomean_hand": geomean([r.get("hand_speedup") for r in rs]),
-            # jaxrw's over the same cases as the hand column (not every case has a hand version)
-            "geomean_speedup_with_hand": geomean([r.get("speedup") for r in rs if r.get("hand_speedup")]),
-            "with_hand": sum(1 for r in rs if r.get("hand_speedup") and r.get("speedup")),
-            "geomean_in_jit": geomean([in_jit_speedup(r) for r in rs]),
+            # hand and jaxrw over the same cases (not every case has a hand version)
+            "geomean_hand": geomean([r["hand_speedup"] for r in hand]),
+            "geomean_speedup_with_hand": geomean([r["speedup"] for r in hand]),
+            "with_hand": len(hand),
+            "geomean_in_jit": geomean([in_jit_speedup(r) for r in timed]),
             "max_speedup": max(sp, default=None),
             "min_speedup": min(sp, default=None),
-            "slower": [r["case"] for r in rs if r.get("speedup") and r["speedup"] < SLOWER],
+            "slower": [r["case"] for r in timed if r["speedup"] < SLOWER],
             "min_paired": min(paired.values(), default=None),
             "slower_paired": [case for case, p in paired.items() if p < SLOWER],
+            # hoisted cases called with new weights every call (jax.jit's program runs there)
+            "slower_new_args": [
+                r["case"] for r in timed if r.get("speedup_new_args") and r["speedup_new_args"] < SLOWER
+            ],
             "errors": [r["case"] for r in rs if r["status"] == "error"],
             "skipped": [r["case"] for r in rs if r["status"] == "skipped"],
             "not_timed": [r["case"] for r in rs if r["status"] == "ok" and not r.get("speedup")],
-            "numerics_failed": [
-                r["case"] for r in rs if r["status"] == "ok" and not r.get("numerics_ok", True)
-            ],
+            "numerics_failed": wrong,
+            "hand_numerics_failed": [r["case"] for r in rs if r.get("hand_numerics_ok") is False],
         }
     return out
 
@@ -273,6 +280,11 @@ def stop_summary(rec: dict) -> str:
     return rep["stop_reason"] + ("" if rep.get("rewritten") else ", kept")
 
 
+def _hand_geomean(s: dict) -> str:
+    """The hand column's geomean, with its count where fewer cases than jaxrw's have a hand version."""
+    return fmt_x(s["geomean_hand"]) + (f" ({s['with_hand']})" if s["with_hand"] < s["timed"] else "")
+
+
 def _variant(rec: dict, name: str, key: str) -> Any:
     return rec.get("variants", {}).get(name, {}).get(key)
 
@@ -314,10 +326,12 @@ def table(result: dict) -> Any:
         ("rules fired", {"overflow": "fold", "ratio": 1}),
     ):
         t.add_column(col, **kw)
-    summary = result.get("summary") or summarize_suites(result["cases"])
-    suites = list(dict.fromkeys(r["suite"] for r in result["cases"]))
-    for suite in suites:
-        rs = [r for r in result["cases"] if r["suite"] == suite]
+    # speedups over matched rounds, and the summary of them (a recorded run's stored ones may be
+    # medians over different rounds, or summarized by older rules)
+    cases = [with_matched_speedups(r) for r in result["cases"]]
+    summary = summarize_suites(cases)
+    for suite in dict.fromkeys(r["suite"] for r in cases):
+        rs = [r for r in cases if r["suite"] == suite]
         t.add_section()
         for r in rs:
             if r["status"] == "skipped":
@@ -352,7 +366,7 @@ def table(result: dict) -> Any:
                     "",
                     f"[bold]{_colored(s['geomean_speedup'])}[/bold]",
                     _colored(s["geomean_in_jit"]),
-                    fmt_x(s["geomean_hand"]),
+                    _hand_geomean(s),
                     "",
                     "",
                     "",

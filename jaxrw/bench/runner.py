@@ -33,6 +33,7 @@ from .. import compat
 from ..api import optimize, relative_error, tolerance
 from ..errors import Interrupt
 from ..hoist import HANDOFF_AFTER
+from ..options import disabled
 from ..rewrite.measure import settle as settle_pairs
 from .case import Case, Instance
 from .report import AT_LEAST, MATCHED, matched_speedup, paired_speedup, speedup_interval
@@ -409,6 +410,7 @@ def environment(opts: Options) -> dict[str, Any]:
         "size": opts.size,
         "dtype": opts.dtype,
         "repeats": opts.repeats,
+        "jaxrw_disabled": disabled(),  # JAXRW_DISABLE: "jaxrw" timed jax.jit's program
         "max_rounds": opts.round_limit(),
         "settle_s": opts.settle_s,
         "sample_s": opts.sample_seconds(),
@@ -467,14 +469,17 @@ def run(cases: list[Case], opts: Options, on_case: Callable[[Case, dict | None],
     """Run `cases` in order; `on_case(case, None)` before and `on_case(case, record)` after each."""
     t0 = time.perf_counter()
     meta = environment(opts)
-    records = []
+    records: list[dict] = []
+    interrupted = False
     for case in cases:
         if opts.dtype not in case.dtypes:
             continue
         if on_case:
             on_case(case, None)
         spent = time.perf_counter() - t0
-        if opts.budget() and spent > opts.budget():
+        if interrupted:
+            rec = skipped(case, opts, "the run was interrupted (Ctrl-C)")
+        elif opts.budget() and spent > opts.budget():
             why = f"the run's time budget of {opts.budget():g} s was spent; run it with --case {case.name}"
             rec = skipped(case, opts, why)
         elif case.heavy and opts.size == "small" and not opts.include_heavy:
@@ -485,7 +490,11 @@ def run(cases: list[Case], opts: Options, on_case: Callable[[Case, dict | None],
                 f"run it with --case {case.name}",
             )
         else:
-            rec = run_case(case, opts)
+            try:
+                rec = run_case(case, opts)
+            except KeyboardInterrupt:  # the cases done are kept: the rest are listed as skipped
+                interrupted = meta["interrupted"] = True
+                rec = skipped(case, opts, "the run was interrupted (Ctrl-C) during this case")
         records.append(rec)
         if on_case:
             on_case(case, rec)

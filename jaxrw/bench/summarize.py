@@ -97,6 +97,11 @@ def markdown(result: dict) -> str:
         f"Slower than jax.jit (< {SLOWER}x): "
         + (", ".join(f"{r['suite']}/{r['case']} {r['speedup']:.2f}x" for r in slower) or "none")
     )
+    new_args = [r for r in cases if r.get("speedup_new_args") and r["speedup_new_args"] < SLOWER]
+    lines.append(
+        f"Slower than jax.jit with new weights every call (< {SLOWER}x): "
+        + (", ".join(f"{r['suite']}/{r['case']} {r['speedup_new_args']:.2f}x" for r in new_args) or "none")
+    )
     slower_paired = [(r, p) for r in cases if (p := paired_speedup(r)) is not None and p < SLOWER]
     lines.append(
         f"Slower than jax.jit by the per-round ratio (< {SLOWER}x): "
@@ -158,8 +163,8 @@ def optimization_table(result: dict, suites: tuple[str, ...] = ("models",)) -> s
     return "\n".join(lines)
 
 
-META_KEYS = ("device", "platform", "size", "dtype", "jax", "date")
-CASE_KEYS = ("suite", "case", "status")
+META_KEYS = ("device", "platform", "size", "dtype", "jax", "date", "repeats")
+CASE_KEYS = ("suite", "case", "status", "dtype")
 
 
 def _check_result(result: object) -> None:
@@ -196,27 +201,35 @@ def main(argv: list[str] | None = None) -> int:
         help="also write each file's plot as DIR/<name>.png (<folder>-<name>.png where names repeat)",
     )
     args = ap.parse_args(argv)
+    if args.plot and (Path(args.plot).suffix or (Path(args.plot).exists() and not Path(args.plot).is_dir())):
+        ap.error(f"--plot {args.plot!r}: a folder for the plots (one per file), not a file name")
     plot_names = _plot_names(args.json)
+    unread, shown = [], 0
     for i, path in enumerate(args.json):
         try:
             result = json.loads(Path(path).read_text())
             _check_result(result)
-        except (OSError, ValueError) as e:
-            print(f"summarize: error: cannot read {path!r} as a jaxrw bench result: {e}", file=sys.stderr)
-            return 2
+        except (OSError, ValueError) as e:  # the others are still summarized (a glob of results/*)
+            print(f"summarize: skipped {path!r}: not a jaxrw bench result: {e}", file=sys.stderr)
+            unread.append(path)
+            continue
         # hand, in-jit, bound and second-jit speedups over their own rounds (older records divided
         # medians over different rounds)
         result["cases"] = [with_matched_speedups(r) for r in result["cases"]]
         if args.plot:
             Path(args.plot).mkdir(parents=True, exist_ok=True)
             plot(result, str(Path(args.plot) / plot_names[i]))
-        if i:
+        if shown:
             print()
+        shown += 1
         print(markdown(result))
         opt = optimization_table(result)
         if opt:
             print(f"\nOptimization time ({result['meta']['dtype']}, target ≤ 1 s per 1,000 equations):\n")
             print(opt)
+    if unread:
+        print(f"summarize: {len(unread)} of {len(args.json)} files skipped (see above)", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -96,8 +96,8 @@ def test_summarize_redraws_the_plot_from_the_json(bench_run, tmp_path, capsys):
         ("3", "'meta'"),  # these three raised TypeError/KeyError tracebacks
         ('{"meta": {}, "cases": []}', "'meta' lacks"),
         (
-            '{"meta": {"device": "d", "platform": "p", "size": "s", "dtype": "t", "jax": "j", "date": "x"},'
-            ' "cases": [{"suite": "a", "case": "b"}]}',
+            '{"meta": {"device": "d", "platform": "p", "size": "s", "dtype": "t", "jax": "j", "date": "x",'
+            ' "repeats": 1}, "cases": [{"suite": "a", "case": "b", "dtype": "t"}]}',
             "case 0 lacks ['status']",
         ),
     ],
