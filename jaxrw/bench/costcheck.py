@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ import numpy as np
 
 from .. import compat
 from ..cli import positive_int
+from ..errors import InvalidOptionError
+from ..options import output_problem
 from ..rewrite.measure import time_interleaved
 from ..rewrite.profiles import Profile, default_profile, get_profile
 from ..rewrite.run import rewrite_jaxpr
@@ -225,10 +228,22 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     scales = [256] if a.size == "small" else [2048, 8192]
     dtypes = ["float32", "bfloat16"] if a.dtype == "both" else [a.dtype]
-    profile = get_profile(a.profile) if a.profile else default_profile(compat.device_kind())
+    problem = a.json and output_problem(a.json, "--json")  # before minutes of timing
+    if problem:
+        ap.error(problem)
+    try:
+        profile = get_profile(a.profile) if a.profile else default_profile(compat.device_kind())
+    except InvalidOptionError as e:
+        ap.error(str(e))
     if a.rescore:
-        with open(a.rescore) as f:
-            res = rescore(json.load(f), profile)
+        try:
+            with open(a.rescore) as f:
+                recorded = json.load(f)
+            if not isinstance(recorded, dict) or not isinstance(recorded.get("rows"), list):
+                raise ValueError("no 'rows' list: not a costcheck result")
+            res = rescore(recorded, profile)
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"--rescore {a.rescore!r}: {type(e).__name__}: {e}")
     else:
         res = run(scales, dtypes, profile, samples=a.samples)
         res |= {
@@ -250,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         f"agreement {res['agreement']:.2%}, spearman {res['spearman']:.3f}"
     )
     if a.json:
+        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
     return 0

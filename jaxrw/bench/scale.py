@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
 import time
 import tracemalloc
 from typing import Any
+
+from ..cli import positive_int
+from ..options import output_problem
 
 __all__ = ["program", "measure", "measure_case", "main"]
 
@@ -154,6 +158,7 @@ def _cases(names: list[str], json_path: str | None) -> int:
             flush=True,
         )
     if json_path:
+        os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
         with open(json_path, "w") as fh:
             json.dump(rows, fh, indent=1)
     return 0 if all("error" not in r for r in rows) else 1
@@ -161,17 +166,29 @@ def _cases(names: list[str], json_path: str | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.scale", description=__doc__.splitlines()[0])
-    ap.add_argument("--eqns", type=int, nargs="+", default=[2000, 20000])
-    ap.add_argument("--time-s", type=float, default=10.0, help="Limits.time_s for saturation")
+    ap.add_argument("--eqns", type=positive_int, nargs="+", default=[2000, 20000])
+    ap.add_argument("--time-s", type=_positive_float, default=10.0, help="Limits.time_s for saturation")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--tracemalloc", action="store_true", help="also measure Python-side peak memory")
-    ap.add_argument("--equations", type=int, default=None, help="Limits.equations (default: jaxrw's)")
+    ap.add_argument(
+        "--equations", type=positive_int, default=None, help="Limits.equations (default: jaxrw's)"
+    )
     ap.add_argument(
         "--case", nargs="+", default=None, help="benchmark cases to time instead (large, float32)"
     )
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # child mode
     ap.add_argument("--one-case", default=None, help=argparse.SUPPRESS)  # child mode
     a = ap.parse_args(argv)
+    problem = a.json and output_problem(a.json, "--json")
+    if problem:
+        ap.error(problem)
+    if a.case:
+        from .case import CASES, load_suites
+
+        load_suites()
+        unknown = [c for c in a.case if c not in CASES]
+        if unknown:
+            ap.error(f"unknown --case {', '.join(unknown)}; valid: {', '.join(sorted(CASES))}")
     if a.one_case is not None:
         print(json.dumps(measure_case(a.one_case)))
         return 0
@@ -198,9 +215,20 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if a.json:
+        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=1)
-    return 0
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = 0.0
+    if not (v > 0 and v < float("inf")):
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}; valid: a finite number > 0")
+    return v
 
 
 if __name__ == "__main__":

@@ -135,3 +135,35 @@ def test_summarize_plot_names_a_folder(tmp_path, name, capsys):
     with pytest.raises(SystemExit) as exit_:
         summarize.main([str(tmp_path / "x.json"), "--plot", str(tmp_path / name)])
     assert exit_.value.code == 2 and "a folder for the plots" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--rescore", "missing.json"], "FileNotFoundError"),
+        (["--rescore", "{bench}"], "not a costcheck result"),
+        (["--profile", "nope"], "nope"),
+    ],
+)
+def test_costcheck_mistakes_are_usage_errors(argv, said, tmp_path, capsys):
+    # tracebacks with exit 1, and a --json folder that failed only after the timing
+    from jaxrw.bench import costcheck
+
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"meta": {}, "cases": []}))
+    with pytest.raises(SystemExit) as exit_:
+        costcheck.main([a.replace("{bench}", str(bench)) for a in argv])
+    assert exit_.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [(["--eqns", "-5"], "--eqns"), (["--time-s", "-1"], "--time-s"), (["--case", "nope"], "nope")],
+)
+def test_scale_mistakes_are_usage_errors(argv, said, capsys):
+    # --time-s -1 failed every size and exited 0; --case nope was a KeyError traceback
+    from jaxrw.bench import scale
+
+    with pytest.raises(SystemExit) as exit_:
+        scale.main(argv)
+    assert exit_.value.code == 2 and said in capsys.readouterr().err
