@@ -22,8 +22,8 @@ import jax
 from . import compat
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker, slow_leaves
-from .logs import warn_user
-from .options import both_spellings, checked_options, disabled
+from .logs import fn_name, warn_user
+from .options import both_spellings, checked_options, disabled, resolve_argnums
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
@@ -99,6 +99,8 @@ class Optimized:
         if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
             self.__class__ = Optimized
         functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+        for k in ("static_argnums", "donate_argnums", "hoist_argnums"):  # negative ones, as jax.jit
+            setattr(self, k, resolve_argnums(self.fn, getattr(self, k), k))
         self.static_argnums, self.static_argnames = both_spellings(
             self.fn, self.static_argnums, self.static_argnames
         )
@@ -109,17 +111,15 @@ class Optimized:
     def __get__(self, obj: Any, objtype: Any = None) -> Any:  # a method: bound, as jax.jit's are
         return self if obj is None else functools.partial(self, obj)
 
-    def _without_donation(self, *args: Any, **kwargs: Any) -> Any:
-        """A call under grad/vmap/jit: donation means nothing there, and jax would still donate the
-        concrete arrays of grad's forward pass (a rewrite that keeps a residual the size of a donated
-        argument then reads a deleted buffer: jax.jit of the rewritten form fails alike)."""
+    def _without_donation(self, /, *args: Any, **kwargs: Any) -> Any:
+        """A call under grad/vmap/jit, where jax would donate grad's forward arrays: a residual the
+        rewrite keeps in a donated buffer is then read deleted (jax.jit of that form fails alike)."""
         if self._undonated is None:
             self._undonated = dataclasses.replace(self, donate_argnums=(), _cache={})
         return self._undonated(*args, **kwargs)
 
     def _jit_options(self) -> dict[str, Any]:
-        names = ("static_argnums", "static_argnames", "donate_argnums")
-        return {k: getattr(self, k) for k in names}
+        return {k: getattr(self, k) for k in ("static_argnums", "static_argnames", "donate_argnums")}
 
     def _new_fast(self) -> Any:
         """A jax.jit of `_inline`, through a function of its own (jax caches traces by function: a
@@ -221,7 +221,7 @@ class Optimized:
                 self._set_hot_path(entry.hot)
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not compat.traced(leaves):
-            check_outputs(result, self._jitted(*args, **kwargs), _name(self.fn))
+            check_outputs(result, self._jitted(*args, **kwargs), fn_name(self.fn))
         return result
 
     def python_path_only(self) -> Optimized:
@@ -237,21 +237,17 @@ class Optimized:
         Verification needs Python on every call; autotune measures when a signature is built,
         which cannot happen inside a trace. With hoisting or schedule="auto", the fast path holds
         until a signature's program turns out to need the Python path (`_needs_python`)."""
-        if self.verify or self.autotune or self._keep:
-            return False
-        return self.schedule != "streams"
+        return not (self.verify or self.autotune or self._keep) and self.schedule != "streams"
 
     def _build_outside(self) -> bool:
         """Whether new signatures are built outside jax.jit's trace of `_inline`: a hoisted
         program runs its prologue on the call path, and schedule="auto" on a CUDA device times
         candidate schedules when a signature is built."""
-        if self.hoist_argnums or self.hoist_argnames:
-            return True
-        if self.schedule != "auto":
-            return False
         from .schedule import cuda_available
 
-        return cuda_available()
+        return bool(self.hoist_argnums or self.hoist_argnames) or (
+            self.schedule == "auto" and cuda_available()
+        )
 
     def _inline(self, /, *args: Any, **kwargs: Any) -> Any:
         """Traced by `self._fast` (a jax.jit): this signature's program inlined into jit's trace."""
@@ -311,7 +307,7 @@ class Optimized:
         if entry.handed_off or not entry.call.handoff_due:
             return out
         entry.handed_off = True
-        log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", _name(self.fn))
+        log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", fn_name(self.fn))
         handoff_schedule(self, entry, args, kwargs)
         self._adopt_mode(entry)
         python = any(_needs_python(e, self._fast_mode) for e in self._cache.values())
@@ -362,7 +358,7 @@ class Optimized:
         one warning, and `report` says so. Returns the reason, for the entry."""
         if self.strict:
             raise err if err is cause else err from cause
-        warn_user(f"jaxrw: falling back to jax.jit for {_name(self.fn)}: {err}")
+        warn_user(f"jaxrw: falling back to jax.jit for {fn_name(self.fn)}: {err}")
         if report is not None:
             report.fell_back(str(err))
         return str(err)
@@ -472,7 +468,7 @@ class Optimized:
         t0 = time.perf_counter()
         closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*specs)
         took_ms = (time.perf_counter() - t0) * 1e3
-        log.debug("trace %s #%d: %d inputs in %.1f ms", _name(self.fn), self.traces, len(specs), took_ms)
+        log.debug("trace %s #%d: %d inputs in %.1f ms", fn_name(self.fn), self.traces, len(specs), took_ms)
         out_tree = jax.tree_util.tree_structure(out_shape)
         try:
             profile = self.profile if isinstance(self.profile, Profile) else None
@@ -494,7 +490,7 @@ class Optimized:
                 max_hoist_bytes=self.max_hoist_bytes,
             )
             if result.report.hoist_note and slow:
-                warn_user(f"jaxrw: {_name(self.fn)}: {result.report.hoist_note}")
+                warn_user(f"jaxrw: {fn_name(self.fn)}: {result.report.hoist_note}")
             if tune and result.program is not None:  # not encoded (size limit): nothing to tune
                 from .rewrite.autotune import apply_autotune, options_key
                 from .schedule.timing import device_inputs  # not zeros (DESIGN.md)
@@ -508,7 +504,7 @@ class Optimized:
             kept = (closed, None, None) if self._keep else None
             return Entry(self._jitted, out_tree, None, fallback=why, trace=kept)
         report = result.report
-        log.debug("jaxrw %s: %r", _name(self.fn), report)
+        log.debug("jaxrw %s: %r", fn_name(self.fn), report)
         kept = (closed, result, profile) if self._keep else None
         # under verify, jax.jit's reference run after the program is the one that donates
         donors = () if self.verify else (*self.donate_argnums, *self._donate_names)
@@ -527,7 +523,7 @@ class Optimized:
             fn = result.fn if result.fn is not None else original
             try:
                 if report.rewritten and not tune:  # autotune measured already
-                    fn = choice.confirm_rewrite(self.schedule, fn, original, leaves, report, _name(self.fn))
+                    fn = choice.confirm_rewrite(self.schedule, fn, original, leaves, report, fn_name(self.fn))
                 as_written = not report.rewritten  # kept: a schedule must beat timing.kept_terms
                 chosen, why = choice.for_program(
                     self.schedule, fn, specs, leaves, donate, profile, self.schedule_memory_slack, as_written
@@ -541,10 +537,6 @@ class Optimized:
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
             return Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
         return Entry(call, out_tree, report, trace=kept)
-
-
-def _name(fn: Callable) -> str:
-    return getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
 
 
 def optimize(

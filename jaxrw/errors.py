@@ -3,6 +3,7 @@ and the option checks whose messages name the value and what is allowed."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,14 +60,18 @@ def check_choice(option: str, value: object, valid: list | tuple | dict) -> None
 
 
 def check_argnums(v: int | Sequence[int] | None, what: str) -> tuple[int, ...]:
-    """A non-negative int or sequence of them as a tuple (None: empty)."""
+    """An int or sequence of ints (NumPy's too; negative ones count from the last positional
+    parameter, as jax.jit's do: `options.resolve_argnums`) as a tuple of ints (None: empty)."""
     if v is None:
         return ()
     seq = isinstance(v, Sequence) and not isinstance(v, str)
-    out = (v,) if isinstance(v, int) else tuple(v) if seq else None
-    if out is None or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in out):
-        raise InvalidOptionError(f"{what} must be a non-negative int or a sequence of them; got {v!r}")
-    return out
+    items = tuple(v) if seq else (v,)
+    try:
+        if any(isinstance(i, bool) for i in items):
+            raise TypeError
+        return tuple(operator.index(i) for i in items)
+    except TypeError:
+        raise InvalidOptionError(f"{what} must be an int or a sequence of ints; got {v!r}") from None
 
 
 def check_nonneg_int(option: str, v: Any) -> int:

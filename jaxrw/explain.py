@@ -33,6 +33,7 @@ import jax
 
 from . import compat
 from .explain_render import ExplanationViews
+from .logs import fn_name
 from .rewrite.cost import speedup
 
 __all__ = ["explain", "Explanation", "EquationInfo", "RuleSite", "Region"]
@@ -192,7 +193,6 @@ def explain(
 
 
 def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
-    from .api import _name
     from .rewrite.cost import get_cost_model
     from .rewrite.run import bodies_row
 
@@ -203,7 +203,7 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
     off = opt._is_disabled()
     if off:
         options["JAXRW_DISABLE"] = os.environ.get("JAXRW_DISABLE", "1")
-    name = _name(opt.fn)
+    name = fn_name(opt.fn)
     if entry.trace is None:
         return Explanation(name, [], options, "fallback", entry.fallback or "", None, {})
     closed, result, profile = entry.trace

@@ -36,6 +36,11 @@ def configure_logging(level: str | None = None) -> logging.Logger:
     return logger
 
 
+def fn_name(fn: object) -> str:
+    """A function's name for messages (a partial or callable object has none: its repr)."""
+    return getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+
+
 def warn_user(message: str) -> None:
     """A UserWarning attributed to the caller's line: frames inside jaxrw and jax are skipped, so
     the warning points at the user's call whichever path (fast path, report, explain) raised it."""

@@ -94,6 +94,26 @@ def checked_options(
     )
 
 
+def resolve_argnums(fn: Callable, nums: tuple[int, ...], what: str) -> tuple[int, ...]:
+    """`nums` with negative indices counted from the end of `fn`'s positional parameters, as
+    jax.jit counts them; a clear error where that count is unknown (*args, or no signature)."""
+    if all(i >= 0 for i in nums):
+        return nums
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL)]
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    n = sum(p.kind in kinds for p in params)
+    out = tuple(i + n if i < 0 else i for i in nums)
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params) or min(out) < 0:
+        raise InvalidOptionError(
+            f"{what} {nums!r}: a negative index needs a function with that many positional parameters "
+            f"and no *args ({n} here); valid: indices 0..{max(n - 1, 0)} or -{n}..-1"
+        )
+    return tuple(sorted(set(out)))
+
+
 def both_spellings(
     fn: Callable, nums: tuple[int, ...], names: tuple[str, ...]
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:

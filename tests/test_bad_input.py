@@ -448,8 +448,10 @@ def test_a_program_over_the_equation_limit_is_kept_without_encoding():
         ({"autotune_k": 0}, r"autotune_k must be a positive int; got 0"),
         ({"autotune_k": "4"}, r"autotune_k must be a positive int; got '4'"),
         ({"rules": 5}, r"rules must be None, a rule or family name, or a sequence of names; got 5"),
-        ({"static_argnums": -1}, r"static_argnums must be a non-negative int or a sequence of them; got -1"),
-        ({"donate_argnums": "0"}, r"donate_argnums must be a non-negative int or a sequence of them"),
+        ({"static_argnums": -2}, r"static_argnums \(-2,\): a negative index needs .* \(1 here\)"),
+        ({"static_argnums": 1.0}, r"static_argnums must be an int or a sequence of ints; got 1.0"),
+        ({"donate_argnums": "0"}, r"donate_argnums must be an int or a sequence of ints"),
+        ({"donate_argnums": True}, r"donate_argnums must be an int or a sequence of ints; got True"),
         ({"max_hoist_bytes": -5}, r"max_hoist_bytes must be a non-negative int; got -5"),
     ],
 )

@@ -230,3 +230,18 @@ def test_a_leaf_that_is_no_array_is_a_type_error_that_says_where(static):
     assert isinstance(err.value, InvalidOptionError)
     with pytest.raises(TypeError, match=r"keyword argument 'cfg' at \['opt'\]\['name'\]"):
         f({"w": _r(15, 4, 4)}, 2, cfg=cfg)
+
+
+def test_argnums_as_jax_jit_takes_them():
+    # negative indices and NumPy integers were refused
+    def f(A, v, scale):
+        return A @ A @ v * scale
+
+    A, v = _r(16, 8, 8), _r(17, 8)
+    for nums in (-1, np.int64(2), (np.int32(-1),)):
+        opt = jaxrw.optimize(f, static_argnums=nums, strict=True)
+        assert opt.static_argnums == (2,) and opt.static_argnames == ("scale",)
+        np.testing.assert_allclose(opt(A, v, 2.0), jax.jit(f, static_argnums=nums)(A, v, 2.0), rtol=1e-5)
+    assert jaxrw.optimize(f, donate_argnums=-2).donate_argnums == (1,)
+    with pytest.raises(jaxrw.JaxrwError, match="no \\*args"):
+        jaxrw.optimize(lambda *xs: xs[0], static_argnums=-1)
