@@ -4,7 +4,7 @@ backend unless JAXRW_TEST_GPU=1.
 The suite checks jaxrw on the CPU backend: float32 matmuls exact, the CPU cost profile, nothing
 timed when a signature is built. On a CUDA host float32 matmuls run as TF32 and schedule="auto"
 times what it builds, so the CPU tests' tolerances and expected choices do not hold there (an
-H100 run failed 38 of them, none a wrong program). `JAXRW_TEST_GPU=1 pytest tests` runs only
+H100 run failed 38 of them). `JAXRW_TEST_GPU=1 pytest tests` runs only
 the tests marked `gpu` instead, on the device, with float32 matmuls at full precision.
 """
 
