@@ -8,10 +8,13 @@ bodies are inlined; control flow and anything unknown stays opaque with its oper
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
+import jax.extend
 import numpy as np
 from egglog import EGraph
 
@@ -309,7 +312,7 @@ class _Encoder:
         for eqn in jaxpr.eqns:
             ins = [self.read(env, v) for v in eqn.invars]
             name = eqn.primitive.name
-            if name in compat.ENCODER_INLINED:
+            if name in compat.ENCODER_INLINED and not impostor(eqn.primitive):
                 body = compat.call_body(eqn)
                 inner_consts = [self.const(c, _aval(c), literal=False) for c in body.consts]
                 outs = self.run(body.jaxpr, inner_consts, ins)
@@ -321,7 +324,7 @@ class _Encoder:
                 lvl = 1 + max((self.levels.get(t, 0) for t in ins), default=0)
                 if self._dot is not None:
                     self.note_dot(eqn, outs[0], lvl)
-                if len(outs) == 1:
+                if len(outs) == 1 and not impostor(eqn.primitive):
                     self.note_stacking(eqn, ins, outs[0])
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
@@ -335,7 +338,7 @@ class _Encoder:
         """Terms for one equation's outputs."""
         name, p = eqn.primitive.name, eqn.params
         plain = all(v is None for v in p.values())
-        if len(eqn.outvars) == 1 and not eqn.effects:
+        if len(eqn.outvars) == 1 and not eqn.effects and not impostor(eqn.primitive):
             if name in ELEMENTWISE_TYPED and plain and len(ins) == 2:
                 return [self.t(ELEMENTWISE_TYPED[name], ins[0], ins[1])]
             if name == "neg" and plain:
@@ -475,6 +478,19 @@ def _scalar_value(value: Any) -> float | None:
 
 def _aval(x: Any) -> Any:
     return compat.get_aval(x)
+
+
+@functools.cache
+def _lax_primitives() -> dict[str, Any]:
+    return {p.name: p for p in vars(jax.lax).values() if isinstance(p, jax.extend.core.Primitive)}
+
+
+def impostor(primitive: Any) -> bool:
+    """A primitive named like one of jax.lax's that is not it (a user's `Primitive("exp")`): the
+    rules and decode act on names, so it is kept opaque. Names jax.lax does not export (pjit,
+    custom_jvp_call) cannot be told apart and are taken as jax's."""
+    known = _lax_primitives().get(primitive.name)
+    return known is not None and known is not primitive
 
 
 def _freeze(x: Any) -> Any:

@@ -105,3 +105,27 @@ def test_a_concatenate_of_a_thousand_arrays_decodes():
     opt = jaxrw.optimize(f, strict=True, limits=dict(min_gain=0.0))
     np.testing.assert_allclose(opt(xs), jax.jit(f)(xs), rtol=1e-6)
     assert opt.report(xs).rewritten
+
+
+def test_a_user_primitive_named_like_a_lax_one_stays_itself():
+    # Primitive("exp") computing 2x was encoded as Tensor.unary("exp") and decoded to lax.exp
+    from jax.extend.core import Primitive
+    from jax.interpreters import mlir
+
+    from jaxrw.rewrite.encode import impostor
+
+    double = Primitive("exp")
+    double.def_impl(lambda x: x * 2)
+    double.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(double, mlir.lower_fun(lambda x: x * 2, multiple_results=False))
+    assert impostor(double) and not impostor(jax.lax.exp_p)
+
+    def f(A, B, v):
+        return double.bind(A) @ B @ v
+
+    rng = np.random.default_rng(0)
+    A = jnp.asarray(rng.standard_normal((64, 64)) * 0.1, jnp.float32)
+    v = jnp.ones((64, 2))
+    opt = jaxrw.optimize(f, strict=True)
+    np.testing.assert_allclose(opt(A, A, v), jax.jit(f)(A, A, v), rtol=1e-4, atol=1e-5)
+    assert opt.report(A, A, v).rewritten  # the chain around it still is
