@@ -55,8 +55,29 @@ class InvalidArgumentError(InvalidOptionError, TypeError):
 
 def check_choice(option: str, value: object, valid: list | tuple | dict) -> None:
     """Raise InvalidOptionError naming `value` and the valid set when `value` is not in it."""
-    if value not in valid:
+    try:
+        known = value in valid
+    except TypeError:  # unhashable (a list given for a name)
+        known = False
+    if not known:
         raise InvalidOptionError(f"unknown {option} {value!r}; valid: {sorted(valid)!r}")
+
+
+def check_bool(option: str, v: Any) -> bool:
+    """True or False (NumPy's too): a string such as "false" is truthy and would turn it on."""
+    if not isinstance(v, bool) and not (
+        type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_")
+    ):
+        raise InvalidOptionError(f"{option} must be True or False; got {v!r}")
+    return bool(v)
+
+
+def check_names(option: str, v: Any) -> tuple[str, ...]:
+    """A parameter name or a sequence of them as a tuple (None: empty)."""
+    names = () if v is None else (v,) if isinstance(v, str) else v
+    if not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
+        raise InvalidOptionError(f"{option} must be a parameter name or a sequence of names; got {v!r}")
+    return tuple(names)
 
 
 def check_argnums(v: int | Sequence[int] | None, what: str) -> tuple[int, ...]:

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidOptionError, check_argnums, check_choice, check_fraction, check_nonneg_int
+from .errors import (
+    InvalidOptionError,
+    check_argnums,
+    check_bool,
+    check_choice,
+    check_fraction,
+    check_names,
+    check_nonneg_int,
+)
 from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, get_profile, profile_problem
@@ -71,25 +80,24 @@ def checked_options(
         limits = Limits(**limits)
     elif limits is not None and not isinstance(limits, Limits):
         raise InvalidOptionError(f"limits must be a jaxrw.Limits or dict; got {limits!r}")
-    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
     return dict(
         static_argnums=check_argnums(static_argnums, "static_argnums"),
-        static_argnames=names,
+        static_argnames=check_names("static_argnames", static_argnames),
         donate_argnums=check_argnums(donate_argnums, "donate_argnums"),
         rules=rules,
         cost_model=cost_model,
         extractor=extractor,
         profile=profile,
-        verify=verify,
-        strict=strict,
+        verify=check_bool("verify", verify),
+        strict=check_bool("strict", strict),
         limits=limits or Limits(),
         numerics=numerics,
         schedule=schedule,
         schedule_memory_slack=check_fraction("schedule_memory_slack", schedule_memory_slack),
-        autotune=bool(autotune),
+        autotune=check_bool("autotune", autotune),
         autotune_k=int(autotune_k),
         hoist_argnums=check_argnums(hoist_argnums, "hoist_argnums"),
-        hoist_argnames=(hoist_argnames,) if isinstance(hoist_argnames, str) else tuple(hoist_argnames or ()),
+        hoist_argnames=check_names("hoist_argnames", hoist_argnames),
         max_hoist_bytes=check_nonneg_int("max_hoist_bytes", max_hoist_bytes),
     )
 
@@ -153,6 +161,18 @@ def output_problem(path: str, option: str, suffixes: tuple[str, ...] = ()) -> st
     return None
 
 
+_OFF, _ON = ("", "0", "false", "no", "off"), ("1", "true", "yes", "on")
+
+
 def disabled() -> bool:
-    """Whether $JAXRW_DISABLE turns every optimize into a plain jax.jit (read at each one's first call)."""
-    return os.environ.get("JAXRW_DISABLE", "") not in ("", "0")
+    """Whether $JAXRW_DISABLE turns every optimize into a plain jax.jit (read at each one's first
+    call): 1/true/yes/on do, empty/0/false/no/off do not ("false" did); anything else does, with
+    a warning naming it."""
+    value = os.environ.get("JAXRW_DISABLE", "").strip().lower()
+    if value not in _OFF and value not in _ON:
+        warnings.warn(
+            f"JAXRW_DISABLE={value!r} is taken as set; valid: {', '.join(_ON)} (set) or "
+            f"{', '.join(repr(v) for v in _OFF)} (not set)",
+            stacklevel=2,
+        )
+    return value not in _OFF

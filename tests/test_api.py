@@ -113,7 +113,7 @@ def test_non_array_leaf_is_a_clear_error():
         ({"cost_model": "magic"}, r"unknown cost model 'magic'; valid: \["),
         ({"extractor": "best"}, r"unknown extractor 'best'; valid: \["),
         ({"schedule": "gpu"}, r"unknown schedule 'gpu'; valid: \["),
-        ({"limits": {"iterations": 0}}, "limits.iterations must be a positive number"),
+        ({"limits": {"iterations": 0}}, "limits.iterations must be a positive int"),
     ],
 )
 def test_invalid_options_name_the_value_and_valid_set(kw, match):

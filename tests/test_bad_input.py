@@ -7,6 +7,7 @@ unknown-option-name cases; these go past them.)
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -436,7 +437,7 @@ def test_a_program_over_the_equation_limit_is_kept_without_encoding():
     "kw, match",
     [
         ({"limits": {"nodez": 5}}, r"unknown limits field 'nodez'; valid: \['equations', 'iterations', "),
-        ({"limits": {"min_gain": 1.5}}, r"limits.min_gain must be in \[0, 1\); got 1.5"),
+        ({"limits": {"min_gain": 1.5}}, r"limits.min_gain must be a number in \[0, 1\); got 1.5"),
         ({"limits": {"time_s": -1}}, r"limits.time_s must be a positive number; got -1"),
         ({"limits": 7}, r"limits must be a jaxrw.Limits or dict; got 7"),
         ({"profile": "tpu9"}, r"unknown device profile 'tpu9'; valid: \['cpu', 'h200'"),
@@ -453,6 +454,19 @@ def test_a_program_over_the_equation_limit_is_kept_without_encoding():
         ({"donate_argnums": "0"}, r"donate_argnums must be an int or a sequence of ints"),
         ({"donate_argnums": True}, r"donate_argnums must be an int or a sequence of ints; got True"),
         ({"max_hoist_bytes": -5}, r"max_hoist_bytes must be a non-negative int; got -5"),
+        # found by the fourth review: truthy strings turned these on, NaN lifted a limit, a float
+        # count failed at every call, and unhashable or non-string names raised bare TypeErrors
+        ({"verify": "off"}, r"verify must be True or False; got 'off'"),
+        ({"strict": "no"}, r"strict must be True or False; got 'no'"),
+        ({"autotune": "false"}, r"autotune must be True or False; got 'false'"),
+        ({"extractor": ["greedy"]}, r"unknown extractor \['greedy'\]; valid"),
+        ({"static_argnames": 5}, r"static_argnames must be a parameter name or a sequence of names; got 5"),
+        ({"hoist_argnames": [0]}, r"hoist_argnames must be a parameter name or a sequence of names"),
+        ({"limits": {"nodes": float("nan")}}, r"limits.nodes must be a positive int; got nan"),
+        ({"limits": {"time_s": float("nan")}}, r"limits.time_s must be a positive number; got nan"),
+        ({"limits": {"iterations": 2.5}}, r"limits.iterations must be a positive int; got 2.5"),
+        ({"limits": {"iterations": True}}, r"limits.iterations must be a positive int; got True"),
+        ({"limits": {"min_gain": "0.1"}}, r"limits.min_gain must be a number in \[0, 1\); got '0.1'"),
     ],
 )
 def test_invalid_options_are_refused_at_decoration(kw, match):
@@ -477,3 +491,29 @@ def test_programs_with_zero_size_values_are_kept_as_written():
     np.testing.assert_allclose(opt(*args), jax.jit(f)(*args))
     rep = opt.report(*args)
     assert rep.stop_reason.value == "zero-size arrays" and not rep.rewritten
+
+
+def test_numpy_numbers_are_taken_where_python_ones_are():
+    limits = jaxrw.Limits(iterations=np.int64(3), nodes=np.int32(500), time_s=np.float32(2.0))
+    assert (limits.iterations, limits.nodes, limits.time_s) == (3, 500, 2.0)
+    assert type(limits.iterations) is int and jaxrw.Limits(nodes=math.inf).nodes == math.inf
+    assert jaxrw.optimize(lambda x: x, verify=np.bool_(True)).verify is True
+
+
+@pytest.mark.parametrize(
+    "value, off", [("false", True), ("0 ", True), ("Off", True), ("", True), ("yes", False)]
+)
+def test_the_disable_switch_reads_the_words_people_write(monkeypatch, value, off):
+    # JAXRW_DISABLE=false disabled jaxrw (only "" and "0" left it on)
+    from jaxrw.options import disabled
+
+    monkeypatch.setenv("JAXRW_DISABLE", value)
+    assert disabled() is not off
+
+
+def test_an_unknown_disable_value_is_taken_as_set_with_a_warning(monkeypatch):
+    from jaxrw.options import disabled
+
+    monkeypatch.setenv("JAXRW_DISABLE", "maybe")
+    with pytest.warns(UserWarning, match="JAXRW_DISABLE='maybe' is taken as set"):
+        assert disabled()
