@@ -379,8 +379,8 @@ def table(result: dict) -> Any:
 
 def plot(result: dict, path: str) -> None:
     """Write a PNG: speedup over jax.jit per case on a log axis, with the 1x line, the
-    hand-optimized speedup as a gray bar behind each case's jaxrw bar and a black diamond for
-    jaxrw called inside an outer jax.jit."""
+    hand-optimized speedup as a gray bar behind each case's jaxrw bar, a black diamond for
+    jaxrw called inside an outer jax.jit, and a note on any result outside the error tolerance."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -420,6 +420,8 @@ def plot(result: dict, path: str) -> None:
         if m != m:
             why = r["status"] if r["status"] != "ok" else "opt timeout" if r.get("opt_timeout") else "n/a"
             ax.text(1, y, f"  {why}", va="center", fontsize=7, color="#555")
+        elif not r.get("numerics_ok", True):  # a speedup of a wrong result is no gain: said on the bar
+            ax.text(m, y, "  ✗ outside the error tolerance", va="center", fontsize=7, color="#d1495b")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     finite = [v for v in mine + hand + in_jit if v == v and v > 0]

@@ -55,8 +55,13 @@ def test_a_result_outside_the_tolerance_fails_the_run_and_leaves_the_geomean(tmp
     assert cli.main([*TINY, "--json", str(js)]) == 1
     out = capsys.readouterr().out
     assert "outside the error tolerance" in out and "chain_mv" in out
-    s = json.loads(js.read_text())["summary"]["algebra/float32"]
+    result = json.loads(js.read_text())
+    s = result["summary"]["algebra/float32"]
     assert s["numerics_failed"] == ["chain_mv", "chain4"] and s["timed"] == 0 and s["geomean_speedup"] is None
+    texts = []
+    monkeypatch.setattr("matplotlib.axes.Axes.text", lambda self, x, y, t, **k: texts.append(t))
+    report.plot(result, str(tmp_path / "r.png"))  # the plot says so on the bar too
+    assert sum("outside the error tolerance" in t for t in texts) == 2
 
 
 def test_a_disabled_jaxrw_is_said_and_recorded(tmp_path, monkeypatch, capsys):
