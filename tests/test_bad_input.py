@@ -523,3 +523,26 @@ def test_an_unknown_disable_value_is_taken_as_set_with_a_warning(monkeypatch):
     monkeypatch.setenv("JAXRW_DISABLE", "maybe")
     with pytest.warns(UserWarning, match="JAXRW_DISABLE='maybe' is taken as set"):
         assert disabled()
+
+
+def test_time_s_bounds_the_signature_not_each_body():
+    # each control-flow body had its own time_s (and its own rerun): twenty conds of a
+    # 120-product chain took 17 s under time_s=0.5 (fourth review)
+    d = 8
+    ws = [jnp.full((d, d), 0.01) + i * 1e-3 for i in range(12)]
+    x = jnp.ones((4, d))
+
+    def chain(x):
+        for w in ws:
+            x = x @ w
+        return x
+
+    def f(x, p):
+        return [jax.lax.cond(p, chain, lambda x: x + 1.0, x * float(k + 1)) for k in range(6)]
+
+    opt = jaxrw.optimize(f, strict=True, limits=jaxrw.Limits(time_s=1e-3))
+    rep = opt.report(x, True)
+    spent = [b for b in rep.bodies if b.stop_reason == StopReason.TIME_LIMIT and "spent before" in b.guard_note]
+    assert spent and not any(b.rewritten for b in spent)
+    for got, want in zip(opt(x, True), jax.jit(f)(x, True), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,7 @@ extractor ran and the time of each phase.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import logging
@@ -324,6 +325,7 @@ def rewrite_jaxpr(
     cone_outputs: frozenset[int] = frozenset(),
     _note: str = "",
     _exact_note: str = "",
+    _deadline: float | None = None,
 ) -> RewriteResult:
     """Optimize one ClosedJaxpr. `force=True` skips the guard (for tests and measured top-k).
 
@@ -331,8 +333,11 @@ def rewrite_jaxpr(
     as free and the decoded function carries the prologue/main split (`fn.hoisted`). Past
     `max_hoist_bytes` of hoisted values, nothing is hoisted and the report says why.
     `control_flow` rewrites the bodies of scan/while/cond too (recursively, see control.py).
-    `cone_outputs`: outputs that reach a saturating op outside (a body's; nonfinite.py)."""
+    `cone_outputs`: outputs that reach a saturating op outside (a body's; nonfinite.py).
+    `limits.time_s` bounds the signature's saturation as a whole: control-flow bodies and a rerun
+    (exact rules only, or nothing hoisted) take what is left of it (`_deadline`)."""
     limits = limits or Limits()
+    deadline = time.perf_counter() + limits.time_s if _deadline is None else _deadline
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
@@ -342,6 +347,11 @@ def rewrite_jaxpr(
     if n_eqns > limits.equations:
         note = f"{n_eqns} equations > limits.equations {limits.equations}: not rewritten"
         kept = StopReason.SIZE_LIMIT, note
+    elif _deadline is not None and time.perf_counter() >= deadline:  # a body or rerun, too late
+        kept = (
+            StopReason.TIME_LIMIT,
+            f"limits.time_s {limits.time_s:g} s spent before this program: kept as written",
+        )
     elif _has_zero_size(closed.jaxpr):
         # nothing to gain, and concatenations of empty arrays have the shape of their parts, so
         # merge and slice rules can grow the e-graph without bound (found by make fuzz: a hang)
@@ -361,6 +371,7 @@ def rewrite_jaxpr(
         limits=limits,
         numerics=numerics,
         max_hoist_bytes=max_hoist_bytes,
+        _deadline=deadline,
     )
     # the same program again, with other options (exact rules only, or nothing hoisted)
     again = functools.partial(
@@ -381,7 +392,8 @@ def rewrite_jaxpr(
     t = time.perf_counter()
     _stage("rewrite", lambda: program.egraph.run(analysis.saturate()))
     before = _stage("rewrite", EGraphView.from_egraph, program.egraph)
-    _stage("rewrite", saturate, program, chosen, limits, report, numerics == "default")
+    left = dataclasses.replace(limits, time_s=max(deadline - time.perf_counter(), 1e-6))  # bodies took some
+    _stage("rewrite", saturate, program, chosen, left, report, numerics == "default")
     report.phase_s["rewrite"] = time.perf_counter() - t
     log.debug(
         "rewrite: %d rules, %d iterations, stop: %s, fired %s in %.1f ms",
