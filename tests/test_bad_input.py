@@ -542,7 +542,7 @@ def test_time_s_bounds_the_signature_not_each_body():
 
     opt = jaxrw.optimize(f, strict=True, limits=jaxrw.Limits(time_s=1e-3))
     rep = opt.report(x, True)
-    spent = [b for b in rep.bodies if b.stop_reason == StopReason.TIME_LIMIT and "spent before" in b.guard_note]
+    spent = [b for b in rep.bodies if b.stop_reason == StopReason.TIME_LIMIT and "spent" in b.guard_note]
     assert spent and not any(b.rewritten for b in spent)
     for got, want in zip(opt(x, True), jax.jit(f)(x, True), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
