@@ -73,11 +73,14 @@ def check_bool(option: str, v: Any) -> bool:
 
 
 def check_names(option: str, v: Any) -> tuple[str, ...]:
-    """A parameter name or a sequence of them as a tuple (None: empty)."""
-    names = () if v is None else (v,) if isinstance(v, str) else v
-    if not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
-        raise InvalidOptionError(f"{option} must be a parameter name or a sequence of names; got {v!r}")
-    return tuple(names)
+    """A parameter name or an iterable of them as a tuple (None: empty)."""
+    try:  # any iterable of names, as jax.jit takes (a set, a generator)
+        names = () if v is None else (v,) if isinstance(v, str) else tuple(v)
+    except TypeError:
+        names = (v,)
+    if not all(isinstance(n, str) for n in names):
+        raise InvalidOptionError(f"{option} must be a parameter name or an iterable of names; got {v!r}")
+    return names
 
 
 def check_argnums(v: int | Sequence[int] | None, what: str) -> tuple[int, ...]:

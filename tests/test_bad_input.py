@@ -466,8 +466,8 @@ def test_a_program_over_the_equation_limit_is_kept_without_encoding():
         ({"strict": "no"}, r"strict must be True or False; got 'no'"),
         ({"autotune": "false"}, r"autotune must be True or False; got 'false'"),
         ({"extractor": ["greedy"]}, r"unknown extractor \['greedy'\]; valid"),
-        ({"static_argnames": 5}, r"static_argnames must be a parameter name or a sequence of names; got 5"),
-        ({"hoist_argnames": [0]}, r"hoist_argnames must be a parameter name or a sequence of names"),
+        ({"static_argnames": 5}, r"static_argnames must be a parameter name or an iterable of names; got 5"),
+        ({"hoist_argnames": [0]}, r"hoist_argnames must be a parameter name or an iterable of names"),
         ({"limits": {"nodes": float("nan")}}, r"limits.nodes must be a positive int; got nan"),
         ({"limits": {"time_s": float("nan")}}, r"limits.time_s must be a positive number; got nan"),
         ({"limits": {"iterations": 2.5}}, r"limits.iterations must be a positive int; got 2.5"),
@@ -504,6 +504,8 @@ def test_numpy_numbers_are_taken_where_python_ones_are():
     assert (limits.iterations, limits.nodes, limits.time_s) == (3, 500, 2.0)
     assert type(limits.iterations) is int and jaxrw.Limits(nodes=math.inf).nodes == math.inf
     assert jaxrw.optimize(lambda x: x, verify=np.bool_(True)).verify is True
+    assert jaxrw.Limits(nodes=1e5, iterations=8.0).nodes == 100_000  # integral floats count (a review)
+    assert jaxrw.optimize(lambda x, n: x * n, static_argnames={"n"}).static_argnames == ("n",)
 
 
 @pytest.mark.parametrize(

@@ -74,8 +74,12 @@ class Limits:
                 continue
             try:
                 n = operator.index(v) if not isinstance(v, bool) else 0
-            except TypeError:
-                n = 0
+            except TypeError:  # an integral float (nodes=1e5) counts too
+                n = (
+                    int(v)
+                    if isinstance(v, numbers.Real) and math.isfinite(v) and float(v).is_integer()
+                    else 0
+                )
             if n <= 0:
                 raise InvalidOptionError(f"limits.{name} must be a positive int; got {v!r}")
             object.__setattr__(self, name, n)  # frozen: normalized once, here
