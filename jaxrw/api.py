@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import logging
 import time
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,7 +110,7 @@ class Optimized:
         self._fast = self._new_fast()
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:  # a method: bound, as jax.jit's are
-        return self if obj is None else functools.partial(self, obj)
+        return self if obj is None else types.MethodType(self, obj)  # its attributes reach through
 
     def _without_donation(self, /, *args: Any, **kwargs: Any) -> Any:
         """A call under grad/vmap/jit, where jax would donate grad's forward arrays: a residual the
@@ -142,7 +143,8 @@ class Optimized:
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        if self.donate_argnums and compat.traced(jax.tree_util.tree_leaves((args, kwargs))):
+        traced_donor = self.donate_argnums and self._fast_state not in ("broken", "disabled")
+        if traced_donor and compat.under_trace():  # called under jit, grad or vmap (0.07 µs to ask)
             return self._without_donation(*args, **kwargs)
         if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
             self._fast_state = "disabled" if disabled() else "on" if self._fast_path() else "off"

@@ -296,6 +296,7 @@ class HotPath:
     def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):
         self.h = entry.call
         self.entry = entry
+        self.entry_donates = bool(opt.donate_argnums)  # calls under a trace go to the twin without
         self.ids: tuple[int, ...] | None = None  # of the hoisted leaves the values belong to
         self.h_ids: tuple[int, ...] | None = None  # h.ids then: replaced if the prologue reruns
         self.layout = _Layout(opt, entry, key, args, kwargs)
@@ -376,11 +377,14 @@ class HotPath:
         if same_lead is None or token is None:
             return None
         refs, get = tuple(self.passed), operator.call
-        slow_call = base.__call__
+        slow_call, donating, config = base.__call__, bool(self.entry_donates), jax.config
 
         def hot_call(opt: Any, /, *args: Any, **kwargs: Any) -> Any:
             # the slow arrays are still the cached ones (h.ids is replaced or cleared otherwise) and
-            # args[0] holds them: every leaf alive, so the values belong to it
+            # args[0] holds them: every leaf alive, so the values belong to it. Under disable_jit,
+            # or a donating call under a trace, Optimized.__call__ decides (~0.1 µs to ask).
+            if config.jax_disable_jit or (donating and compat.under_trace()):
+                return slow_call(opt, *args, **kwargs)
             if args and h.ids is token and same_lead(args[0]):
                 h.seen, h.streak = token, 0  # a cached call: a run of new arrays starts again
                 passed = tuple(map(get, refs)) if refs else ()

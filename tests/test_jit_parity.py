@@ -245,3 +245,55 @@ def test_argnums_as_jax_jit_takes_them():
     assert jaxrw.optimize(f, donate_argnums=-2).donate_argnums == (1,)
     with pytest.raises(jaxrw.JaxrwError, match="no \\*args"):
         jaxrw.optimize(lambda *xs: xs[0], static_argnums=-1)
+
+
+def test_the_hoisted_quick_call_defers_to_disable_jit_and_to_the_donation_twin():
+    # the class-level quick call of a hoisted signature skipped Optimized.__call__'s checks
+    import warnings
+
+    rng = np.random.default_rng(0)
+    W, A = (jnp.asarray(rng.standard_normal((32, 32)) / 8, jnp.float32) for _ in range(2))
+
+    def loss(W, A, v):
+        return jnp.sum((W.T @ W) @ v + A @ A @ v)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # jax: some donated buffers were not usable
+        opt = jaxrw.optimize(loss, donate_argnums=2, hoist_argnums=0)
+        for i in range(3):
+            opt(W, A, _r(20 + i, 32))
+        assert type(opt).__call__.__name__ == "hot_call"
+        v = _r(30, 32)
+        want = jax.grad(jax.jit(loss, donate_argnums=2), argnums=1)(W, A, v)
+        np.testing.assert_allclose(jax.grad(opt, argnums=1)(W, A, v), want, rtol=1e-4, atol=1e-5)
+    seen = []
+
+    def f(p, x):
+        seen.append(isinstance(x, jax.core.Tracer))
+        return jnp.tanh(x @ (p["A"] @ p["B"]))
+
+    p, x = {"A": W, "B": A}, _r(31, 4, 32)
+    hoisted = jaxrw.optimize(f, hoist_argnums=0)
+    for _ in range(3):
+        hoisted(p, x)
+    seen.clear()
+    with jax.disable_jit():
+        hoisted(p, x)
+    assert seen == [False]
+
+
+def test_a_bound_method_reaches_the_optimized_functions_attributes():
+    import functools
+
+    class M:
+        @functools.partial(jaxrw.optimize, static_argnums=0)
+        def f(self, x):
+            return x @ x
+
+        def __hash__(self):
+            return 1
+
+    m, x = M(), _r(32, 8, 8)
+    m.f(x)
+    assert m.f.report(m, x) is not None and m.f.__name__ == "f"
+    m.f.clear_cache()

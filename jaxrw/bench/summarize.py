@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         help="also write each file's plot as DIR/<name>.png (<folder>-<name>.png where names repeat)",
     )
     args = ap.parse_args(argv)
-    if args.plot and (Path(args.plot).suffix or (Path(args.plot).exists() and not Path(args.plot).is_dir())):
+    folder = Path(args.plot) if args.plot else None
+    if folder and (not folder.is_dir() if folder.exists() else bool(folder.suffix)):  # plots.v2/ is one
         ap.error(f"--plot {args.plot!r}: a folder for the plots (one per file), not a file name")
     plot_names = _plot_names(args.json)
     unread, shown = [], 0
