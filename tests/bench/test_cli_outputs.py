@@ -172,3 +172,11 @@ def test_scale_mistakes_are_usage_errors(argv, said, capsys):
     with pytest.raises(SystemExit) as exit_:
         scale.main(argv)
     assert exit_.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_summarize_plot_takes_an_existing_folder_with_a_dot(tmp_path, capsys):
+    good = {"meta": {k: "x" for k in summarize.META_KEYS}, "cases": [_rec("a", 1.1)]}
+    (tmp_path / "r.json").write_text(json.dumps(good))
+    (tmp_path / "plots.v2").mkdir()
+    assert summarize.main([str(tmp_path / "r.json"), "--plot", str(tmp_path / "plots.v2")]) == 0
+    assert (tmp_path / "plots.v2" / "r.png").exists()
