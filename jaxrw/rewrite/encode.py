@@ -312,7 +312,8 @@ class _Encoder:
         for eqn in jaxpr.eqns:
             ins = [self.read(env, v) for v in eqn.invars]
             name = eqn.primitive.name
-            if name in compat.ENCODER_INLINED and not impostor(eqn.primitive):
+            own = not impostor(eqn.primitive)  # jax's own primitive: its name may be acted on
+            if name in compat.ENCODER_INLINED and own:
                 body = compat.call_body(eqn)
                 inner_consts = [self.const(c, _aval(c), literal=False) for c in body.consts]
                 outs = self.run(body.jaxpr, inner_consts, ins)
@@ -320,11 +321,11 @@ class _Encoder:
                 self.n_equations += 1
                 self.primitives[name] = self.primitives.get(name, 0) + 1
                 self._dot = None
-                outs = [self.bind(o) for o in self.equation(eqn, ins)]
+                outs = [self.bind(o) for o in self.equation(eqn, ins, own)]
                 lvl = 1 + max((self.levels.get(t, 0) for t in ins), default=0)
                 if self._dot is not None:
                     self.note_dot(eqn, outs[0], lvl)
-                if len(outs) == 1 and not impostor(eqn.primitive):
+                if len(outs) == 1 and own:
                     self.note_stacking(eqn, ins, outs[0])
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
@@ -334,11 +335,11 @@ class _Encoder:
                     env[v] = o
         return [self.read(env, v) for v in jaxpr.outvars]
 
-    def equation(self, eqn: Any, ins: list[Sym]) -> list[Sym]:
-        """Terms for one equation's outputs."""
+    def equation(self, eqn: Any, ins: list[Sym], own: bool = True) -> list[Sym]:
+        """Terms for one equation's outputs (opaque unless `own`: a primitive jax.lax's by name only)."""
         name, p = eqn.primitive.name, eqn.params
         plain = all(v is None for v in p.values())
-        if len(eqn.outvars) == 1 and not eqn.effects and not impostor(eqn.primitive):
+        if len(eqn.outvars) == 1 and not eqn.effects and own:
             if name in ELEMENTWISE_TYPED and plain and len(ins) == 2:
                 return [self.t(ELEMENTWISE_TYPED[name], ins[0], ins[1])]
             if name == "neg" and plain:
