@@ -355,14 +355,12 @@ class Optimized:
             entry.fall_back(why)
         return want
 
-    def _fall_back(self, err: JaxrwError, cause: BaseException, report: RewriteReport | None = None) -> str:
+    def _fall_back(self, err: JaxrwError, cause: BaseException) -> str:
         """This signature runs jax.jit because of `err` (from `cause`): raised under strict, else
-        one warning, and `report` says so. Returns the reason, for the entry."""
+        one warning. Returns the reason, for `Entry.fall_back`."""
         if self.strict:
             raise err if err is cause else err from cause
         warn_user(f"jaxrw: falling back to jax.jit for {fn_name(self.fn)}: {err}")
-        if report is not None:
-            report.fell_back(str(err))
         return str(err)
 
     def _check_arguments(self, args: tuple, kwargs: dict) -> None:
@@ -534,7 +532,7 @@ class Optimized:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here
             except Exception as e:  # noqa: BLE001 - never break the user's program
                 err = e if isinstance(e, RewriteStageError) else RewriteStageError("schedule", e)
-                return Entry(self._jitted, out_tree, report, fallback=self._fall_back(err, e, report))
+                return Entry(self._jitted, out_tree, report).fall_back(self._fall_back(err, e))
             report.schedule = f"{chosen.choice}: {why or chosen.reason}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
             return Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)

@@ -162,12 +162,14 @@ class Entry:
     hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
     handed_off: bool = False  # hoisted, but its slow arrays changed on every call: jax.jit's program
 
-    def fall_back(self, why: str) -> None:
-        """This signature runs jax.jit from now on (`why`), and its report says so (once)."""
+    def fall_back(self, why: str) -> Entry:
+        """This signature runs jax.jit from now on (`why`), and its report says so (once).
+        Returns the entry."""
         if self.fallback is None:
             self.fallback = why
             if self.report is not None:
                 self.report.fell_back(why)
+        return self
 
 
 def as_written(entry: Entry) -> bool:
