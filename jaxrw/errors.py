@@ -7,6 +7,8 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "JaxrwError",
     "UnsupportedProgramError",
@@ -65,9 +67,7 @@ def check_choice(option: str, value: object, valid: list | tuple | dict) -> None
 
 def check_bool(option: str, v: Any) -> bool:
     """True or False (NumPy's too): a string such as "false" is truthy and would turn it on."""
-    if not isinstance(v, bool) and not (
-        type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_")
-    ):
+    if not isinstance(v, bool | np.bool_):
         raise InvalidOptionError(f"{option} must be True or False; got {v!r}")
     return bool(v)
 

@@ -296,7 +296,7 @@ class HotPath:
     def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):
         self.h = entry.call
         self.entry = entry
-        self.entry_donates = bool(opt.donate_argnums)  # calls under a trace go to the twin without
+        self.donates = bool(opt.donate_argnums)  # its calls under a trace go to Optimized.__call__
         self.ids: tuple[int, ...] | None = None  # of the hoisted leaves the values belong to
         self.h_ids: tuple[int, ...] | None = None  # h.ids then: replaced if the prologue reruns
         self.layout = _Layout(opt, entry, key, args, kwargs)
@@ -377,7 +377,7 @@ class HotPath:
         if same_lead is None or token is None:
             return None
         refs, get = tuple(self.passed), operator.call
-        slow_call, donating, config = base.__call__, bool(self.entry_donates), jax.config
+        slow_call, donating, config = base.__call__, self.donates, jax.config
 
         def hot_call(opt: Any, /, *args: Any, **kwargs: Any) -> Any:
             # the slow arrays are still the cached ones (h.ids is replaced or cleared otherwise) and
