@@ -38,14 +38,24 @@ def _suites(text: str) -> str:
     return text
 
 
-def _nonneg_float(text: str) -> float:
+def _finite_float(text: str, zero_ok: bool) -> float:
+    """A finite number >= 0 (or > 0): inf overflowed the timers of every case."""
     try:
         v = float(text)
     except ValueError:
         v = -1.0
-    if not (v >= 0 and math.isfinite(v)):  # inf overflowed the timers of every case
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}; valid: a finite number >= 0")
+    if not ((v >= 0 if zero_ok else v > 0) and math.isfinite(v)):
+        valid = "a finite number >= 0" if zero_ok else "a finite number > 0"
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}; valid: {valid}")
     return v
+
+
+def _nonneg_float(text: str) -> float:
+    return _finite_float(text, zero_ok=True)
+
+
+def positive_float(text: str) -> float:
+    return _finite_float(text, zero_ok=False)
 
 
 def _nonempty(text: str) -> str:

@@ -17,6 +17,7 @@ __all__ = [
     "summarize_suites",
     "geomean",
     "same_program",
+    "slower_with_new_args",
     "in_jit_speedup",
     "paired_speedup",
     "speedup_interval",
@@ -116,9 +117,7 @@ def summarize_suites(records: list[dict]) -> dict[str, dict[str, Any]]:
             "min_paired": min(paired.values(), default=None),
             "slower_paired": [case for case, p in paired.items() if p < SLOWER],
             # hoisted cases called with new weights every call (jax.jit's program runs there)
-            "slower_new_args": [
-                r["case"] for r in timed if r.get("speedup_new_args") and r["speedup_new_args"] < SLOWER
-            ],
+            "slower_new_args": [r["case"] for r in timed if slower_with_new_args(r)],
             "errors": [r["case"] for r in rs if r["status"] == "error"],
             "skipped": [r["case"] for r in rs if r["status"] == "skipped"],
             "not_timed": [r["case"] for r in rs if r["status"] == "ok" and not r.get("speedup")],
@@ -126,6 +125,11 @@ def summarize_suites(records: list[dict]) -> dict[str, dict[str, Any]]:
             "hand_numerics_failed": [r["case"] for r in rs if r.get("hand_numerics_ok") is False],
         }
     return out
+
+
+def slower_with_new_args(rec: dict) -> bool:
+    """A hoisted case slower than jax.jit when called with new weights every call."""
+    return bool(rec.get("speedup_new_args")) and rec["speedup_new_args"] < SLOWER
 
 
 def same_program(rec: dict) -> bool:

@@ -27,7 +27,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from ..cli import positive_int
+from ..cli import positive_float, positive_int
 from ..options import output_problem
 
 __all__ = ["program", "measure", "measure_case", "main"]
@@ -167,7 +167,7 @@ def _cases(names: list[str], json_path: str | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jaxrw.bench.scale", description=__doc__.splitlines()[0])
     ap.add_argument("--eqns", type=positive_int, nargs="+", default=[2000, 20000])
-    ap.add_argument("--time-s", type=_positive_float, default=10.0, help="Limits.time_s for saturation")
+    ap.add_argument("--time-s", type=positive_float, default=10.0, help="Limits.time_s for saturation")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--tracemalloc", action="store_true", help="also measure Python-side peak memory")
     ap.add_argument(
@@ -219,16 +219,6 @@ def main(argv: list[str] | None = None) -> int:
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=1)
     return 0 if all("error" not in r for r in rows) else 1
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = 0.0
-    if not (v > 0 and v < float("inf")):
-        raise argparse.ArgumentTypeError(f"invalid value {text!r}; valid: a finite number > 0")
-    return v
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from .report import (
     plot,
     rules_summary,
     same_program,
+    slower_with_new_args,
     speedup_interval,
     stop_summary,
     summarize_suites,
@@ -97,7 +98,7 @@ def markdown(result: dict) -> str:
         f"Slower than jax.jit (< {SLOWER}x): "
         + (", ".join(f"{r['suite']}/{r['case']} {r['speedup']:.2f}x" for r in slower) or "none")
     )
-    new_args = [r for r in cases if r.get("speedup_new_args") and r["speedup_new_args"] < SLOWER]
+    new_args = [r for r in cases if slower_with_new_args(r)]
     lines.append(
         f"Slower than jax.jit with new weights every call (< {SLOWER}x): "
         + (", ".join(f"{r['suite']}/{r['case']} {r['speedup_new_args']:.2f}x" for r in new_args) or "none")
@@ -217,9 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         # hand, in-jit, bound and second-jit speedups over their own rounds (older records divided
         # medians over different rounds)
         result["cases"] = [with_matched_speedups(r) for r in result["cases"]]
-        if args.plot:
-            Path(args.plot).mkdir(parents=True, exist_ok=True)
-            plot(result, str(Path(args.plot) / plot_names[i]))
+        if folder:
+            folder.mkdir(parents=True, exist_ok=True)
+            plot(result, str(folder / plot_names[i]))
         if shown:
             print()
         shown += 1
