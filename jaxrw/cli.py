@@ -7,7 +7,6 @@ A bad option value exits with status 2 and a message naming the value and the va
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -222,7 +221,7 @@ def _bench(args: argparse.Namespace) -> int:
     for path, write in ((args.json, _write_json), (args.plot, plot)):  # first: a closed pipe loses nothing
         if path:
             try:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                Path(path).parent.mkdir(parents=True, exist_ok=True)  # the plot's folder too
                 write(result, path)
             except OSError as e:
                 print(f"jaxrw bench: error: could not write {path!r}: {e}", file=sys.stderr)
@@ -238,7 +237,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _write_json(result: dict, path: str) -> None:
-    Path(path).write_text(json.dumps(result, indent=1, default=_json_default))
+    from .bench.report import write_json
+
+    write_json(path, result, default=_json_default)
 
 
 def _footer(console: Any, result: dict, opts: Any) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from ..options import output_problem
 from ..rewrite.measure import time_interleaved
 from ..rewrite.profiles import Profile, default_profile, get_profile
 from ..rewrite.run import rewrite_jaxpr
+from .report import write_json
 
 __all__ = ["PAIRS", "predict", "run", "spearman", "main"]
 
@@ -265,9 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         f"agreement {res['agreement']:.2%}, spearman {res['spearman']:.3f}"
     )
     if a.json:
-        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+        write_json(a.json, res)
     return 0
 
 

@@ -6,6 +6,7 @@ timeouts get a row of their own. Everything here reads the JSON-ready records of
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "stop_summary",
     "table",
     "plot",
+    "write_json",
     "write_rows",
     "program_ops",
     "built_program",
@@ -36,6 +38,14 @@ __all__ = [
 
 SLOWER, FASTER = 0.97, 1.03  # speedups outside this band are colored
 AT_LEAST = 0.98  # issue 4: every case at >= 0.98x of jax.jit; the runner samples on until settled
+
+
+def write_json(path: str, data: Any, default: Any = None) -> None:
+    """`data` as indented JSON at `path`, its folder made if new (the bench tools' result files)."""
+    from pathlib import Path
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=1, default=default))
 
 
 def write_rows(path: str | None, rows: list[dict]) -> dict[str, str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from typing import Any
 
 from ..cli import positive_float, positive_int
 from ..options import output_problem
+from .report import write_json
 
 __all__ = ["program", "measure", "measure_case", "main"]
 
@@ -158,9 +158,7 @@ def _cases(names: list[str], json_path: str | None) -> int:
             flush=True,
         )
     if json_path:
-        os.makedirs(os.path.dirname(json_path) or ".", exist_ok=True)
-        with open(json_path, "w") as fh:
-            json.dump(rows, fh, indent=1)
+        write_json(json_path, rows)
     return 0 if all("error" not in r for r in rows) else 1
 
 
@@ -215,9 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if a.json:
-        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
-        with open(a.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+        write_json(a.json, rows)
     return 0 if all("error" not in r for r in rows) else 1
 
 
