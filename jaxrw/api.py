@@ -31,6 +31,7 @@ from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, Limits, RewriteReport, rewrite_jaxpr
 from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
 from .signature import Entry, as_written, leaf_key, leaf_keys, leaf_owners, spec, static_key, trace_config
+from .stages import Stages
 from .tolerance import check_outputs, relative_error, tolerance
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
@@ -56,13 +57,14 @@ def _state(default: Any) -> Any:
 
 
 @dataclass(eq=False)  # hashable by identity, like a jitted function
-class Optimized:
+class Optimized(Stages):
     """The callable `optimize` returns. Call it like the original function."""
 
     fn: Callable
     static_argnums: tuple[int, ...] = ()
     static_argnames: tuple[str, ...] = ()
     donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
     rules: Any = None
     cost_model: str | CostModel = "roofline"
     extractor: str = "greedy"
@@ -105,7 +107,13 @@ class Optimized:
         self.static_argnums, self.static_argnames = both_spellings(
             self.fn, self.static_argnums, self.static_argnames
         )
-        self._donate_names = both_spellings(self.fn, self.donate_argnums, ())[1]  # passed by keyword
+        self.donate_argnums, self.donate_argnames = both_spellings(
+            self.fn, self.donate_argnums, self.donate_argnames
+        )
+        self.donors = (*self.donate_argnums, *self.donate_argnames)  # leaf owners (index or name)
+        hoisted = both_spellings(self.fn, self.hoist_argnums, self.hoist_argnames)
+        static = {*self.static_argnums, *self.static_argnames}
+        self.hoisted_owners = frozenset((*hoisted[0], *hoisted[1])) - static  # either spelling
         self._jitted = jax.jit(self.fn, **self._jit_options())
         self._fast = self._new_fast()
 
@@ -116,11 +124,12 @@ class Optimized:
         """A call under grad/vmap/jit, where jax would donate grad's forward arrays: a residual the
         rewrite keeps in a donated buffer is then read deleted (jax.jit of that form fails alike)."""
         if self._undonated is None:
-            self._undonated = dataclasses.replace(self, donate_argnums=(), _cache={})
+            self._undonated = dataclasses.replace(self, donate_argnums=(), donate_argnames=(), _cache={})
         return self._undonated(*args, **kwargs)
 
     def _jit_options(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("static_argnums", "static_argnames", "donate_argnums")}
+        keys = ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames")
+        return {k: getattr(self, k) for k in keys}
 
     def _new_fast(self) -> Any:
         """A jax.jit of `_inline`, through a function of its own (jax caches traces by function: a
@@ -137,13 +146,13 @@ class Optimized:
             return self._inline(*args, **kwargs)
 
         # `inline` takes *args: jit cannot map donated keyword arguments itself (donate_argnames)
-        fast = tuned_jit(inline, self._fast_mode, **self._jit_options(), donate_argnames=self._donate_names)
+        fast = tuned_jit(inline, self._fast_mode, **self._jit_options())
         fast, self._fast_nested = without_frame(fast)
         return fast
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        traced_donor = self.donate_argnums and self._fast_state not in ("broken", "disabled")
+        traced_donor = self.donors and self._fast_state not in ("broken", "disabled")
         if traced_donor and compat.under_trace():  # called under jit, grad or vmap (0.07 µs to ask)
             return self._without_donation(*args, **kwargs)
         if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
@@ -401,21 +410,6 @@ class Optimized:
             self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
         return self._cache[key], key, leaves
 
-    def bind(self, /, *args: Any, **kwargs: Any) -> Callable[..., Any]:
-        """Fix the hoisted arguments to these arrays: returns a function of the other arguments
-        whose calls go through jax's C++ dispatch with the hoisted work done once (jaxrw.hoist).
-        Pass every argument once, as for a call (`bind(params, x)`): the others give the signature
-        the returned function is built for."""
-        from .hoist import bind
-
-        return bind(self, args, kwargs)
-
-    def explain(self, /, *args: Any, **kwargs: Any) -> Any:
-        """`jaxrw.explain` of this function for these arguments (`measure=True` also times it)."""
-        from .explain import explain
-
-        return explain(self, *args, **kwargs)
-
     def clear_cache(self) -> None:
         self._cache.clear()
         self._undonated = None
@@ -507,7 +501,7 @@ class Optimized:
         log.debug("jaxrw %s: %r", fn_name(self.fn), report)
         kept = (closed, result, profile) if self._keep else None
         # under verify, jax.jit's reference run after the program is the one that donates
-        donors = () if self.verify else (*self.donate_argnums, *self._donate_names)
+        donors = () if self.verify else self.donors
         donate = tuple(i for i, o in enumerate(owners) if o in donors)
         hoisted = getattr(result.fn, "hoisted", None)
         from .schedule import ScheduleUnavailableError, choice
@@ -545,6 +539,7 @@ def optimize(
     static_argnums: int | Sequence[int] | None = None,
     static_argnames: str | Sequence[str] | None = None,
     donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
     rules: str | Sequence[str] | None = None,
     cost_model: str | CostModel = "roofline",
     extractor: str = "greedy",
@@ -578,7 +573,8 @@ def optimize(
     at the first call of each signature and keeps the fastest (cached on disk). `profile`: the
     device rates the cost model prices with: a `Profile`, "h200", "cpu" or a saved profile's .json
     path (`jaxrw calibrate --output`); by default the one `jaxrw calibrate` saved for this device
-    kind, else the built-in one. While every
+    kind, else the built-in one. `static_argnums`, `static_argnames`, `donate_argnums` and
+    `donate_argnames` are jax.jit's, as are `.lower()`, `.trace()` and `.eval_shape()`. While every
     signature keeps the original program, calls go straight to a jax.jit of `fn` (no Python).
     `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that
     depends only on them (concatenated or transposed weights, products of weights) runs once per

@@ -287,7 +287,7 @@ def _measure(opt: Any, args: tuple, kw: dict, samples: int) -> dict[str, dict[st
     donate nothing: every sample reuses `args`, which are the caller's and stay theirs."""
     from .rewrite.measure import time_interleaved
 
-    timed = dataclasses.replace(opt, _cache={}, donate_argnums=(), _keep=False)
+    timed = dataclasses.replace(opt, _cache={}, donate_argnums=(), donate_argnames=(), _keep=False)
     fns = {"jax.jit": lambda: timed._jitted(*args, **kw), "jaxrw": lambda: timed(*args, **kw)}
     timings = time_interleaved(fns, (), samples=samples)
     return {k: {"median_s": t.median, "spread": t.spread} for k, t in timings.items()}

@@ -138,8 +138,10 @@ class _Layout:
     parameter pytrees hold dozens of them)."""
 
     def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):
-        self.pos = tuple(sorted(set(opt.hoist_argnums) - set(opt.static_argnums)))
-        self.names = tuple(sorted(set(opt.hoist_argnames) - set(opt.static_argnames)))
+        # the hoisted arguments as this call passes them (either spelling names each)
+        owned = opt.hoisted_owners
+        self.pos = tuple(sorted(i for i in owned if isinstance(i, int) and i < len(args)))
+        self.names = tuple(sorted(k for k in owned if isinstance(k, str) and k in kwargs))
         self._posset = frozenset(self.pos)
         # the usual layout (the parameters first, by position): hoisted_args and fast slice it
         # instead of picking positions, a few µs of Python less on every hot call
@@ -296,7 +298,7 @@ class HotPath:
     def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):
         self.h = entry.call
         self.entry = entry
-        self.donates = bool(opt.donate_argnums)  # its calls under a trace go to Optimized.__call__
+        self.donates = bool(opt.donors)  # its calls under a trace go to Optimized.__call__
         self.ids: tuple[int, ...] | None = None  # of the hoisted leaves the values belong to
         self.h_ids: tuple[int, ...] | None = None  # h.ids then: replaced if the prologue reruns
         self.layout = _Layout(opt, entry, key, args, kwargs)
@@ -404,11 +406,11 @@ class HotPath:
 def slow_leaves(opt: Any, owners: list[int | str], leaves: list) -> frozenset[int]:
     """Positions of the leaves of `opt`'s hoisted arguments (`owners`: each leaf's argument): jax
     arrays only (immutable, so identity is a sound cache key), never donated ones."""
-    hoisted = set(opt.hoist_argnums) | set(opt.hoist_argnames)
+    hoisted, donors = opt.hoisted_owners, opt.donors  # each by position and by name
     return frozenset(
         i
         for i, (o, x) in enumerate(zip(owners, leaves, strict=True))
-        if o in hoisted and o not in opt.donate_argnums and (isinstance(x, jax.Array) or compat.is_tracer(x))
+        if o in hoisted and o not in donors and (isinstance(x, jax.Array) or compat.is_tracer(x))
     )
 
 

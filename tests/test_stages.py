@@ -1,0 +1,141 @@
+"""jax.jit's stages on an optimized function (lower, trace, eval_shape), donate_argnames, and
+hoisted or donated arguments named either way (position or keyword), as jax.jit takes them."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrw
+from jaxrw.hoist import HoistedCall
+
+
+def _r(seed, *shape):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+def _chain(a, b, v, *, scale=1.0):
+    return ((a @ b) @ v) * scale  # a @ (b @ v) is 2n^2 instead of n^3 + n^2 multiply-adds
+
+
+def _dot_results(text):
+    """The result type of each dot in a lowered program's text."""
+    return [line.rsplit("->", 1)[1].strip() for line in text.splitlines() if "stablehlo.dot_general" in line]
+
+
+def test_lower_holds_the_rewritten_program_and_compiles_to_the_same_values():
+    a, b, v = _r(0, 128, 128), _r(1, 128, 128), _r(2, 128, 1)
+    opt = jaxrw.optimize(_chain, static_argnames="scale", strict=True)
+    assert opt.report(a, b, v, scale=2.0).rewritten
+    lowered = opt.lower(a, b, v, scale=2.0)
+    text = lowered.as_text()
+    # reassociated: both dots produce a vector, none the n x n product jax.jit's program has
+    assert _dot_results(text) == ["tensor<128x1xf32>"] * 2
+    assert _dot_results(jax.jit(_chain).lower(a, b, v).as_text())[0] == "tensor<128x128xf32>"
+    got = lowered.compile()(a, b, v)
+    want = jnp.asarray(_chain(*(np.asarray(x, np.float64) for x in (a, b, v)), scale=2.0))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_trace_and_eval_shape_agree_with_jax_jit():
+    a, b, v = _r(3, 64, 64), _r(4, 64, 64), _r(5, 64, 3)
+    opt = jaxrw.optimize(_chain, static_argnames="scale")
+    jit = jax.jit(_chain, static_argnames="scale")
+    assert opt.eval_shape(a, b, v, scale=3.0) == jit.eval_shape(a, b, v, scale=3.0)
+    spec = jax.ShapeDtypeStruct((64, 64), jnp.bfloat16)  # shapes only, as jax.jit takes them
+    assert opt.eval_shape(spec, spec, spec).dtype == jnp.bfloat16
+    traced = opt.trace(a, b, v)
+    assert traced.out_info.shape == (64, 3)
+    np.testing.assert_allclose(traced.lower().compile()(a, b, v), jit(a, b, v), rtol=1e-4, atol=1e-4)
+
+
+def test_stages_after_clear_cache_stage_the_program_built_again():
+    a, b, v = _r(6, 32, 32), _r(7, 32, 32), _r(8, 32, 1)
+    opt = jaxrw.optimize(_chain)
+    first = opt.lower(a, b, v).as_text()
+    opt.clear_cache()
+    assert opt.lower(a, b, v).as_text() == first
+    assert opt.traces == 2  # traced again, not served from the first jit's trace cache
+
+
+def test_lower_of_a_disabled_function_is_jax_jits_program(monkeypatch):
+    monkeypatch.setenv("JAXRW_DISABLE", "1")
+    a, b, v = _r(9, 64, 64), _r(10, 64, 64), _r(11, 64, 1)
+    opt = jaxrw.optimize(_chain)
+    opt(a, b, v)  # the first call reads JAXRW_DISABLE
+    want = _dot_results(jax.jit(_chain).lower(a, b, v).as_text())
+    assert _dot_results(opt.lower(a, b, v).as_text()) == want == ["tensor<64x64xf32>", "tensor<64x1xf32>"]
+
+
+def test_lower_carries_donation_as_jax_jit_does():
+    a, b, v = _r(12, 64, 64), _r(13, 64, 64), _r(14, 64, 64)
+    donating = jaxrw.optimize(_chain, donate_argnums=2).lower(a, b, v).as_text()
+    plain = jaxrw.optimize(_chain).lower(a, b, v).as_text()
+    assert "tf.aliasing_output" in donating and "tf.aliasing_output" not in plain
+
+
+_PASSINGS = [
+    lambda g, a, b, v: g(a, b, v),
+    lambda g, a, b, v: g(a, b, v=v),
+    lambda g, a, b, v: g(a, b=b, v=v),
+]
+
+
+@pytest.mark.parametrize("call", _PASSINGS, ids=["positional", "keyword", "keywords"])
+def test_donate_argnames_donates_however_the_argument_is_passed(call):
+    a, b = _r(15, 64, 64), _r(16, 64, 64)
+    opt = jaxrw.optimize(_chain, donate_argnames="v", strict=True)
+    jit = jax.jit(_chain, donate_argnames="v")
+    v, u = _r(17, 64, 64), _r(17, 64, 64)
+    want = call(jit, a, b, u)
+    np.testing.assert_allclose(call(opt, a, b, v), want, rtol=1e-4, atol=1e-4)
+    assert v.is_deleted() and u.is_deleted()
+    assert opt.donate_argnums == (2,) and opt.donate_argnames == ("v",)
+
+
+@pytest.mark.parametrize("bad", [3, ["v", 1], b"v"])
+def test_donate_argnames_must_be_names(bad):
+    with pytest.raises(jaxrw.InvalidOptionError, match="donate_argnames"):
+        jaxrw.optimize(_chain, donate_argnames=bad)
+
+
+def test_donate_argnames_not_a_parameter_is_refused_as_jax_jit_refuses_it():
+    with pytest.raises(ValueError, match="donate_argnames"):
+        jaxrw.optimize(_chain, donate_argnames="w")
+
+
+def _decoder(params, x):
+    return jnp.tanh(x @ (params["A"] @ params["B"]))  # A @ B depends on the parameters only
+
+
+def _params(seed):
+    return {"A": _r(seed, 64, 64) / 8, "B": _r(seed + 1, 64, 64) / 8}
+
+
+@pytest.mark.parametrize("opts", [{"hoist_argnums": 0}, {"hoist_argnames": "params"}])
+def test_a_hoisted_argument_passed_the_other_way_is_hoisted(opts):
+    # hoist_argnums=0 with params=... passed by keyword was not hoisted (the leaf's owner is the
+    # name); jax.jit completes static and donated arguments from either spelling, and so does this
+    opt = jaxrw.optimize(_decoder, **opts)
+    p, x = _params(20), _r(22, 4, 64)
+    for call in (lambda: opt(params=p, x=x), lambda: opt(p, x)):
+        np.testing.assert_allclose(call(), _decoder(p, x), rtol=1e-4, atol=1e-5)
+    assert all(isinstance(e.call, HoistedCall) for e in opt._cache.values())
+    assert len(opt._cache) == 2
+
+
+@pytest.mark.parametrize(
+    "opts", [{"donate_argnums": 0}, {"donate_argnames": "params"}], ids=["argnums", "argnames"]
+)
+def test_a_donated_argument_passed_by_keyword_is_not_hoisted(opts):
+    # donate_argnums=0 with params=... passed by keyword was hoisted (cached by identity) all the
+    # same: a donated array is deleted by the call, and its id can be reused by a new array
+    opt = jaxrw.optimize(_decoder, hoist_argnames="params", **opts)
+    x = _r(23, 4, 64)
+    for seed in (24, 26):
+        p = _params(seed)
+        want = _decoder(p, x)
+        np.testing.assert_allclose(opt(params=p, x=x), want, rtol=1e-4, atol=1e-5)
+    assert not any(isinstance(e.call, HoistedCall) for e in opt._cache.values())
