@@ -111,9 +111,11 @@ class Optimized(Stages):
             self.fn, self.donate_argnums, self.donate_argnames
         )
         self.donors = (*self.donate_argnums, *self.donate_argnames)  # leaf owners (index or name)
+        # either spelling of each; a donated argument is never cached by identity (a new array can
+        # take a deleted one's id), a static one is part of the signature
         hoisted = both_spellings(self.fn, self.hoist_argnums, self.hoist_argnames)
-        static = {*self.static_argnums, *self.static_argnames}
-        self.hoisted_owners = frozenset((*hoisted[0], *hoisted[1])) - static  # either spelling
+        left_out = {*self.donors, *self.static_argnums, *self.static_argnames}
+        self.hoisted_owners = frozenset((*hoisted[0], *hoisted[1])) - left_out
         self._jitted = jax.jit(self.fn, **self._jit_options())
         self._fast = self._new_fast()
 

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 
 from . import compat
+from .options import param_names
 from .schedule.xla_modes import is_nested_options_error, tuned_jit, without_frame
 from .signature import leaf_key, leaf_owners  # the signature key optimize uses
 
@@ -138,10 +139,7 @@ class _Layout:
     parameter pytrees hold dozens of them)."""
 
     def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):
-        # the hoisted arguments as this call passes them (either spelling names each)
-        owned = opt.hoisted_owners
-        self.pos = tuple(sorted(i for i in owned if isinstance(i, int) and i < len(args)))
-        self.names = tuple(sorted(k for k in owned if isinstance(k, str) and k in kwargs))
+        self.pos, self.names = hoisted_as_passed(opt, args, kwargs)
         self._posset = frozenset(self.pos)
         # the usual layout (the parameters first, by position): hoisted_args and fast slice it
         # instead of picking positions, a few µs of Python less on every hot call
@@ -214,6 +212,7 @@ class _Layout:
             "static_argnums": self.shifted(opt.static_argnums),
             "static_argnames": opt.static_argnames,
             "donate_argnums": self.shifted(opt.donate_argnums),
+            "donate_argnames": opt.donate_argnames,  # passed by keyword: **fast_kw
         }
         return tuned_jit(body, h.mode, **kw)
 
@@ -403,14 +402,22 @@ class HotPath:
         return type(base.__name__, (base,), {"__call__": hot_call, "_call_class": True})
 
 
+def hoisted_as_passed(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The positions and keywords of the hoisted arguments this call passes (either spelling of
+    each names it: `Optimized.hoisted_owners`)."""
+    owned = opt.hoisted_owners
+    pos = tuple(sorted(i for i in owned if isinstance(i, int) and i < len(args)))
+    return pos, tuple(sorted(k for k in owned if isinstance(k, str) and k in kwargs))
+
+
 def slow_leaves(opt: Any, owners: list[int | str], leaves: list) -> frozenset[int]:
     """Positions of the leaves of `opt`'s hoisted arguments (`owners`: each leaf's argument): jax
     arrays only (immutable, so identity is a sound cache key), never donated ones."""
-    hoisted, donors = opt.hoisted_owners, opt.donors  # each by position and by name
+    hoisted = opt.hoisted_owners  # each by position and by name, donated ones left out
     return frozenset(
         i
         for i, (o, x) in enumerate(zip(owners, leaves, strict=True))
-        if o in hoisted and o not in donors and (isinstance(x, jax.Array) or compat.is_tracer(x))
+        if o in hoisted and (isinstance(x, jax.Array) or compat.is_tracer(x))
     )
 
 
@@ -426,13 +433,18 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
         raise InvalidOptionError("bind needs hoist_argnums or hoist_argnames (the arguments to fix)")
     if opt.static_argnums or opt.static_argnames:
         raise InvalidOptionError("bind does not support static_argnums/static_argnames; call the function")
-    missing = [i for i in opt.hoist_argnums if i >= len(args)] + [
-        k for k in opt.hoist_argnames if k not in kwargs
+    pos, names = hoisted_as_passed(opt, args, kwargs)
+    by_index = param_names(opt.fn)
+    given = {*pos, *names, *(by_index[i] for i in pos if i in by_index)}
+    missing = [  # a donated one is not bound: each call passes it (its buffer is gone after one)
+        o
+        for o in (*opt.hoist_argnums, *opt.hoist_argnames)
+        if o in opt.hoisted_owners and o not in given and by_index.get(o) not in given
     ]
     if missing:
         raise InvalidOptionError(f"bind: hoisted arguments {missing!r} not given; pass every argument once")
-    hoisted: dict[int | str, Any] = {i: args[i] for i in opt.hoist_argnums}
-    hoisted.update((k, kwargs[k]) for k in opt.hoist_argnames)
+    hoisted: dict[int | str, Any] = {i: args[i] for i in pos}
+    hoisted.update((k, kwargs[k]) for k in names)
     entry, key, leaves = opt._entry_for(args, kwargs)  # built if new
     h = entry.call
 
@@ -441,7 +453,7 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
         def plain(*fast: Any, **fast_kw: Any) -> Any:
             merged = _with_hoisted(fast, fast_kw, hoisted)
             if merged is None:
-                taken = len(args) - len(opt.hoist_argnums)
+                taken = len(args) - len(pos)
                 raise InvalidOptionError(
                     f"a bound function takes the {taken} arguments it was not bound to; got {len(fast)}"
                 )

@@ -124,24 +124,29 @@ def resolve_argnums(fn: Callable, nums: tuple[int, ...], what: str) -> tuple[int
     return tuple(sorted(set(out)))
 
 
-def both_spellings(
-    fn: Callable, nums: tuple[int, ...], names: tuple[str, ...]
-) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Static arguments by position and by name, each completed from the other through `fn`'s
-    signature as jax.jit does: a parameter that can be passed either way is static however the
-    call passes it. Unchanged where the signature cannot be read."""
+def param_names(fn: Callable) -> dict[int, str]:
+    """Index -> name of `fn`'s parameters that can be passed either way (positional-or-keyword);
+    empty where the signature cannot be read."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
+        return {}
+    return {i: p.name for i, p in enumerate(params) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD}
+
+
+def both_spellings(
+    fn: Callable, nums: tuple[int, ...], names: tuple[str, ...]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Arguments by position and by name, the missing spelling completed from the given one
+    through `fn`'s signature, as jax.jit completes static and donated arguments: an argument that
+    can be passed either way is then taken however the call passes it. Where both are given, each
+    is taken as given (jax.jit's rule too); unchanged where the signature cannot be read."""
+    if nums and names:
         return nums, names
-    more_nums, more_names = set(nums), list(names)
-    for i, p in enumerate(params):
-        if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
-            continue  # positional-only or keyword-only: one spelling; nothing after *args has an index
-        if i in more_nums and p.name not in more_names:
-            more_names.append(p.name)
-        elif p.name in names:
-            more_nums.add(i)
+    by_index = param_names(fn)
+    by_name = {name: i for i, name in by_index.items()}
+    more_nums = {*nums, *(by_name[k] for k in names if k in by_name)}
+    more_names = [*names, *(by_index[i] for i in sorted(nums) if i in by_index and by_index[i] not in names)]
     return tuple(sorted(more_nums)), tuple(more_names)
 
 

@@ -22,9 +22,22 @@ class Stages:
 
         @functools.wraps(opt.fn)  # the signature, for static and donated argument names
         def staged(*args: Any, **kwargs: Any) -> Any:
-            return opt(*args, **kwargs)
+            return opt._program_in_trace(args, kwargs)
 
         return jax.jit(staged, **opt._jit_options())
+
+    def _program_in_trace(self, args: tuple, kwargs: dict) -> Any:
+        """What a call of this signature runs, traced into the caller's program: its rewritten
+        program, built here if new. Not a call: in state "jit" a call traces the function as
+        written for a signature met there, and runs the rewrite only from its next call."""
+        opt: Any = self
+        if opt._is_disabled() or opt._fast_state == "broken":
+            return opt.fn(*args, **kwargs)
+        entry, _key, leaves = opt._entry_for(args, kwargs)
+        if entry.fallback is not None or entry.handed_off:
+            return opt.fn(*args, **kwargs)
+        program = entry.fn if entry.fn is not None else entry.call  # a hoisted call traces through
+        return jax.tree_util.tree_unflatten(entry.out_tree, program(*leaves))
 
     def lower(self, /, *args: Any, **kwargs: Any) -> Any:
         """`jax.jit(fn).lower(...)` of the program jaxrw runs for these arguments (a thunky

@@ -455,9 +455,14 @@ def test_static_spellings_follow_the_signature_only_where_it_allows_both():
     def g(a, /, b, *rest, c):
         return a
 
+    opt = jaxrw.optimize(g, static_argnums=(0, 1, 3))
+    # a is positional-only and index 3 falls in *rest: no name; b gets its name
+    assert (opt.static_argnums, opt.static_argnames) == ((0, 1, 3), ("b",))
+    opt = jaxrw.optimize(g, static_argnames=("b", "c"))  # c is keyword-only: no index
+    assert (opt.static_argnums, opt.static_argnames) == ((1,), ("b", "c"))
+    # both given: each is taken as given, as jax.jit takes them (b passed by keyword is not static)
     opt = jaxrw.optimize(g, static_argnums=(0, 1, 3), static_argnames=("c",))
-    # a is positional-only and index 3 falls in *rest: no name; b gets its name; c stays a name
-    assert (opt.static_argnums, opt.static_argnames) == ((0, 1, 3), ("c", "b"))
+    assert (opt.static_argnums, opt.static_argnames) == ((0, 1, 3), ("c",))
 
 
 @pytest.mark.parametrize("option", ["verify", "autotune"])

@@ -139,3 +139,83 @@ def test_a_donated_argument_passed_by_keyword_is_not_hoisted(opts):
         want = _decoder(p, x)
         np.testing.assert_allclose(opt(params=p, x=x), want, rtol=1e-4, atol=1e-5)
     assert not any(isinstance(e.call, HoistedCall) for e in opt._cache.values())
+
+
+def test_lower_of_a_new_signature_in_the_kept_state_is_the_rewritten_program():
+    # a kept signature first puts the function in state "jit", whose call traces the function as
+    # written for a signature met there: .lower() showed jax.jit's program for one jaxrw rewrites
+    def chain(a, b, v):
+        return (a @ b) @ v
+
+    a, b = _r(30, 128, 128), _r(31, 128, 128)
+    opt = jaxrw.optimize(chain)
+    opt(a, b, _r(32, 128, 128))  # kept as written (no cheaper order for a square product)
+    assert opt._fast_state == "jit"
+    vec = _r(33, 128, 1)
+    assert _dot_results(opt.lower(a, b, vec).as_text()) == ["tensor<128x1xf32>"] * 2
+    assert opt.report(a, b, vec).rewritten
+    np.testing.assert_allclose(opt(a, b, vec), chain(a, b, vec), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "opts", [{"donate_argnums": 1}, {"donate_argnames": "x"}], ids=["argnums", "argnames"]
+)
+def test_the_hoisted_quick_path_donates_an_argument_passed_by_keyword(opts):
+    # the hot path's jit had donate_argnums only: x=... was donated on the first call alone
+    opt = jaxrw.optimize(_decoder, hoist_argnums=0, **opts)
+    jit = jax.jit(_decoder, **opts)
+    p = _params(40)
+    for seed in range(42, 46):
+        x, y = _r(seed, 4, 64), _r(seed, 4, 64)
+        np.testing.assert_allclose(opt(p, x=x), jit(p, x=y), rtol=1e-4, atol=1e-5)
+        assert x.is_deleted() and y.is_deleted()
+
+
+def test_both_spellings_given_are_each_taken_as_given_as_jax_jit_takes_them():
+    def f(a, b, v):
+        return a * b, v + b
+
+    opts = {"donate_argnums": 0, "donate_argnames": "v"}
+    opt, jit = jaxrw.optimize(f, **opts), jax.jit(f, **opts)
+    assert (opt.donate_argnums, opt.donate_argnames) == ((0,), ("v",))
+    b = _r(50, 8)
+    a1, v1, a2, v2 = _r(51, 8), _r(52, 8), _r(51, 8), _r(52, 8)
+    got, want = opt(a=a1, b=b, v=v1), jit(a=a2, b=b, v=v2)
+    np.testing.assert_allclose(got[0], want[0]), np.testing.assert_allclose(got[1], want[1])
+    assert (a1.is_deleted(), v1.is_deleted()) == (a2.is_deleted(), v2.is_deleted()) == (False, True)
+
+
+def test_a_hoisted_and_donated_argument_leaves_the_others_hoisted():
+    # named in both: it is passed as given on every call, and its new array each call did not
+    # make the parameters look new (every call ran jax.jit's program, then the signature was
+    # handed to it for good)
+    opt = jaxrw.optimize(_decoder, hoist_argnums=(0, 1), donate_argnums=1)
+    p = _params(60)
+    for seed in range(62, 82):
+        x = _r(seed, 4, 64)
+        want = _decoder(p, x)
+        np.testing.assert_allclose(opt(p, x), want, rtol=1e-4, atol=1e-5)
+    (entry,) = opt._cache.values()
+    assert entry.call.prologue_runs == 1 and entry.call.direct_runs == 0 and not entry.handed_off
+
+
+@pytest.mark.parametrize(
+    "opts, bound, called",
+    [
+        ({"hoist_argnames": "params"}, lambda p, x: ((p, x), {}), lambda x: ((x,), {})),
+        ({"hoist_argnums": 0}, lambda p, x: ((), {"params": p, "x": x}), lambda x: ((), {"x": x})),
+        ({"hoist_argnums": 0}, lambda p, x: ((p,), {"x": x}), lambda x: ((), {"x": x})),
+    ],
+    ids=["names-positional", "nums-keyword", "nums-mixed"],
+)
+def test_bind_takes_a_hoisted_argument_however_it_is_passed(opts, bound, called):
+    p, x = _params(90), _r(92, 4, 64)
+    args, kwargs = bound(p, x)
+    f = jaxrw.optimize(_decoder, **opts).bind(*args, **kwargs)
+    args, kwargs = called(_r(93, 4, 64))
+    np.testing.assert_allclose(f(*args, **kwargs), _decoder(p, _r(93, 4, 64)), rtol=1e-4, atol=1e-5)
+
+
+def test_bind_names_a_hoisted_argument_not_given():
+    with pytest.raises(jaxrw.InvalidOptionError, match=r"hoisted arguments \['params'\] not given"):
+        jaxrw.optimize(_decoder, hoist_argnames="params").bind(x=_r(94, 4, 64))
