@@ -403,14 +403,18 @@ class Optimized(Stages):
             )
         return report
 
-    def _entry_for(self, args: tuple, kwargs: dict) -> tuple[Entry, tuple, list]:
-        """(this signature's entry, built if new; its cache key; the flat argument leaves)."""
+    def _entry_for(self, args: tuple, kwargs: dict, keep: bool = True) -> tuple[Entry, tuple, list]:
+        """(this signature's entry, built if new and kept unless `keep` is False; its cache key;
+        the flat argument leaves)."""
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)
-        if key not in self._cache:
-            self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-        return self._cache[key], key, leaves
+        if key in self._cache:
+            return self._cache[key], key, leaves
+        entry = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+        if keep:
+            self._cache[key] = entry
+        return entry, key, leaves
 
     def clear_cache(self) -> None:
         self._cache.clear()

@@ -28,12 +28,14 @@ class Stages:
 
     def _program_in_trace(self, args: tuple, kwargs: dict) -> Any:
         """What a call of this signature runs, traced into the caller's program: its rewritten
-        program, built here if new. Not a call: in state "jit" a call traces the function as
+        program, built here if new (kept for later calls where a build inside a trace is the
+        one they would run: not where auto times schedules or arguments are hoisted). Not a call: in state "jit" a call traces the function as
         written for a signature met there, and runs the rewrite only from its next call."""
         opt: Any = self
         if opt._is_disabled() or opt._fast_state == "broken":
             return opt.fn(*args, **kwargs)
-        entry, _key, leaves = opt._entry_for(args, kwargs)
+        # a signature auto would time on the device, or hoist, is built again at its first call
+        entry, _key, leaves = opt._entry_for(args, kwargs, keep=not opt._build_outside())
         if entry.fallback is not None or entry.handed_off:
             return opt.fn(*args, **kwargs)
         program = entry.fn if entry.fn is not None else entry.call  # a hoisted call traces through

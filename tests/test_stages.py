@@ -219,3 +219,19 @@ def test_bind_takes_a_hoisted_argument_however_it_is_passed(opts, bound, called)
 def test_bind_names_a_hoisted_argument_not_given():
     with pytest.raises(jaxrw.InvalidOptionError, match=r"hoisted arguments \['params'\] not given"):
         jaxrw.optimize(_decoder, hoist_argnames="params").bind(x=_r(94, 4, 64))
+
+
+def test_a_signature_lowered_first_is_built_once_or_again_at_its_first_call_where_that_needs_arrays():
+    a, b, v = _r(100, 64, 64), _r(101, 64, 64), _r(102, 64, 1)
+    opt = jaxrw.optimize(_chain)
+    opt.lower(a, b, v)
+    opt(a, b, v)
+    assert opt.traces == 1  # the lowering's build serves the calls
+    # hoisting: a build under a trace has no concrete parameters to cache values for
+    hoisted = jaxrw.optimize(_decoder, hoist_argnums=0)
+    p, x = _params(103), _r(105, 4, 64)
+    hoisted.lower(p, x)
+    assert not hoisted._cache
+    np.testing.assert_allclose(hoisted(p, x), _decoder(p, x), rtol=1e-4, atol=1e-5)
+    (entry,) = hoisted._cache.values()
+    assert isinstance(entry.call, HoistedCall) and entry.call.prologue_runs == 1
