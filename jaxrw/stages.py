@@ -28,9 +28,10 @@ class Stages:
 
     def _program_in_trace(self, args: tuple, kwargs: dict) -> Any:
         """What a call of this signature runs, traced into the caller's program: its rewritten
-        program, built here if new (kept for later calls where a build inside a trace is the
-        one they would run: not where auto times schedules or arguments are hoisted). Not a call: in state "jit" a call traces the function as
-        written for a signature met there, and runs the rewrite only from its next call."""
+        program, built here if new (and kept for later calls, unless auto times schedules on the
+        device or arguments are hoisted: those builds need arrays). Not a call: in state "jit" a
+        call traces the function as written for a signature met there, and runs the rewrite
+        only from its next call."""
         opt: Any = self
         if opt._is_disabled() or opt._fast_state == "broken":
             return opt.fn(*args, **kwargs)
