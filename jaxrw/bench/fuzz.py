@@ -17,6 +17,10 @@ Each example is a random program spec (`fuzzgen.programs`): it runs under jax.ji
   become ±Inf, but inexact rules leave values that reach a saturating function alone
   (docs/numerics.md); only "fast" may differ there (finite-only rules).
 
+One example in `STAGES_EVERY` (by its seed) also checks the optimized function's jax.jit stages:
+`eval_shape` gives jax.jit's shapes, dtypes and weak types, and `lower(...).compile()` gives
+results held to the same bounds.
+
 An exception from `optimize` or from the program it built is a *crash*; a result outside those
 bounds a *mismatch*. The command runs hypothesis, shrinks each failure to a minimal spec, saves
 it to a regressions file (JSON, replayed by tests/fuzz/test_regressions.py) and prints counts.
@@ -35,6 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -50,6 +55,7 @@ __all__ = ["Outcome", "check", "BASE", "main"]
 # Norm-wise relative error always allowed per output dtype (on CPU: no TF32).
 BASE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
 JIT_FACTOR = 10.0
+STAGES_EVERY = 4  # one example in this many also checks optimize's eval_shape and lower().compile()
 # exact rules after which XLA may sum a dot in another order (merged, batched, transposed dots)
 REORDERING = ("merge.", "batch.", "dot.transpose_in", "dot.transpose_out")
 
@@ -120,7 +126,29 @@ def _check(spec: dict) -> Outcome:
     out = Outcome(
         "ok", rewritten=bool(report and report.rewritten), rules=dict(report.rules_fired if report else {})
     )
-    ref: list[np.ndarray] | None = None
+    ref: list[np.ndarray] = []
+    out = _compare(out, got, want, spec, report, ref)
+    if out.status != "ok" or opts["seed"] % STAGES_EVERY:
+        return out
+    try:  # jax.jit's stages of the optimized function: its shapes, and its lowering compiled
+        shapes = jax.tree_util.tree_leaves(opt.eval_shape(*args))
+        staged = jax.block_until_ready(opt.lower(*args).compile()(*args))
+    except Exception as e:  # noqa: BLE001 - a crash of a stage
+        tb = traceback.format_exception(e)
+        return Outcome("crash", f"stages: {type(e).__name__}: {e}\n{''.join(tb[-6:])}")
+    for i, (s, w) in enumerate(zip(shapes, want, strict=True)):
+        if (s.shape, s.dtype, s.weak_type) != (w.shape, w.dtype, w.weak_type):
+            return _fail(out, f"eval_shape output {i}: {s}, jax.jit gives {jax.typeof(w)}")
+    out = _compare(out, staged, want, spec, report, ref)
+    if out.status != "ok":
+        out.message = f"lowered and compiled: {out.message}"
+    return out
+
+
+def _compare(out: Outcome, got: Any, want: Any, spec: dict, report: Any, ref: list) -> Outcome:
+    """`out`, or it failed with the first output of `got` that is not what jax.jit's `want` is
+    within the spec's tolerance against the float64 reference (computed once into `ref`)."""
+    opts = spec["options"]
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         tg, tw = jax.typeof(g), jax.typeof(w)
         if (tg.shape, tg.dtype, tg.weak_type) != (tw.shape, tw.dtype, tw.weak_type):
@@ -143,8 +171,8 @@ def _check(spec: dict) -> Outcome:
                 f"output {i}: non-finite where jax.jit is finite or the reverse "
                 f"({int(np.sum(fin_g != fin_w))} elements{', NaN/Inf input' if poisoned else ''})",
             )
-        if ref is None:
-            ref = reference(spec)
+        if not ref:
+            ref.extend(reference(spec))
         r = ref[i]
         mask = fin_g & fin_w & np.isfinite(r)
         e_opt, e_jit = _err(gn, r, mask), _err(wn, r, mask)
