@@ -9,6 +9,8 @@ from typing import Any
 
 import jax
 
+from .errors import JaxrwError
+
 
 class Stages:
     """Mixed into `Optimized`: each stage is jax.jit's, taken of the optimized function itself, so
@@ -40,7 +42,12 @@ class Stages:
         if entry.fallback is not None or entry.handed_off:
             return opt.fn(*args, **kwargs)
         program = entry.fn if entry.fn is not None else entry.call  # a hoisted call traces through
-        return jax.tree_util.tree_unflatten(entry.out_tree, program(*leaves))
+        try:
+            return jax.tree_util.tree_unflatten(entry.out_tree, program(*leaves))
+        except JaxrwError:
+            raise
+        except Exception as e:  # noqa: BLE001 - never break the user's program: jax.jit's, or strict
+            return opt._first_call_failed(entry, e, args, kwargs)
 
     def lower(self, /, *args: Any, **kwargs: Any) -> Any:
         """`jax.jit(fn).lower(...)` of the program jaxrw runs for these arguments (a thunky

@@ -235,3 +235,33 @@ def test_a_signature_lowered_first_is_built_once_or_again_at_its_first_call_wher
     np.testing.assert_allclose(hoisted(p, x), _decoder(p, x), rtol=1e-4, atol=1e-5)
     (entry,) = hoisted._cache.values()
     assert isinstance(entry.call, HoistedCall) and entry.call.prologue_runs == 1
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_rewritten_program_failing_in_a_lowering_falls_back_to_jax_jits(monkeypatch, strict):
+    import jaxrw.rewrite.run as run
+
+    real = run.decode
+
+    def decode_failing_when_traced_again(*a, **k):
+        fn, traced = real(*a, **k), []
+
+        def program(*xs):
+            traced.append(1)  # the build's own check traces it once
+            if len(traced) > 1:
+                raise RuntimeError("injected")
+            return fn(*xs)
+
+        return program
+
+    monkeypatch.setattr(run, "decode", decode_failing_when_traced_again)
+    a, b, v = _r(110, 64, 64), _r(111, 64, 64), _r(112, 64, 1)
+    opt = jaxrw.optimize(_chain, strict=strict)
+    if strict:
+        with pytest.raises(jaxrw.RewriteStageError, match="injected"):
+            opt.lower(a, b, v)
+        return
+    with pytest.warns(UserWarning, match="falling back to jax.jit.*injected"):
+        text = opt.lower(a, b, v).as_text()
+    assert _dot_results(text) == ["tensor<64x64xf32>", "tensor<64x1xf32>"]  # jax.jit's program
+    np.testing.assert_allclose(opt(a, b, v), _chain(a, b, v), rtol=1e-4, atol=1e-4)
