@@ -158,12 +158,8 @@ class _Layout:
         self.passed = tuple(j for j, i in enumerate(self.full_index) if i in read)
         self.pick_passed = picker(self.passed)
         # stand-ins for the hoisted arguments inside the jit (their leaves come from `passed`)
-        self._slots = {k: jax.tree_util.tree_map(lambda _: _SLOT, v) for k, v in self._present(args, kwargs)}
-
-    def _present(self, args: tuple, kwargs: dict) -> list[tuple[int | str, Any]]:
-        return [(i, args[i]) for i in self.pos if i < len(args)] + [
-            (k, kwargs[k]) for k in self.names if k in kwargs
-        ]
+        present = [*((i, args[i]) for i in self.pos), *((k, kwargs[k]) for k in self.names)]
+        self._slots = {k: jax.tree_util.tree_map(lambda _: _SLOT, v) for k, v in present}
 
     def hoisted_args(self, args: tuple, kwargs: dict) -> list[Any]:
         if self.prefix is not None and len(args) >= self.prefix:
@@ -321,8 +317,9 @@ class HotPath:
         self.ids = tuple(map(id, leaves)) if usable else None
         self.h_ids = self.h.ids
         # weak references stand in for the leaves the main program reads only where each is a slow
-        # leaf, whose death clears the cache (`h.ids`); a donated one is not, and a new array
-        # could take its id after it died: those calls take the current leaves (the flatten branch)
+        # leaf, whose death clears the cache (`h.ids`); one that was no jax array when the
+        # signature was built is not, and a new array could take its id after it died: those
+        # calls take the current leaves (the flatten branch)
         slow = set(self.h.slow)
         weak_ok = all(self.layout.full_index[j] in slow for j in self.layout.passed)
         snap = snapshot(hoisted) if usable and weak_ok else None  # None unless all are jax arrays

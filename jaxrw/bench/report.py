@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from pathlib import Path
 from typing import Any
 
 from ..rewrite.measure import median_interval, paired_ratio, round_ratios
@@ -42,8 +43,6 @@ AT_LEAST = 0.98  # issue 4: every case at >= 0.98x of jax.jit; the runner sample
 
 def write_json(path: str, data: Any, default: Any = None) -> None:
     """`data` as indented JSON at `path`, its folder made if new (the bench tools' result files)."""
-    from pathlib import Path
-
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=1, default=default))
 
