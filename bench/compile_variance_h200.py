@@ -56,7 +56,7 @@ def run_case(name: str, dtype: str, copies: int, repeats: int, with_optimize: bo
         jax.block_until_ready(rw(*args))
         variants["optimize"] = (rw, args)
         rep = rw.report(*args)
-        prints["optimize"] = "fallback" if rep is None else "rewritten" if rep.rewritten else "kept"
+        prints["optimize"] = "fallback" if rep.fallback else "rewritten" if rep.rewritten else "kept"
     timed = measure(variants, repeats=repeats, sample_s=0.02)
     first = timed["jit#0"].samples
     rows = {

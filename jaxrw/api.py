@@ -391,13 +391,14 @@ class Optimized(Stages):
         """Whether JAXRW_DISABLE makes this a plain jax.jit: as read at the first call, or now if none yet."""
         return disabled() if self._fast_state == "unknown" else self._fast_state == "disabled"
 
-    def report(self, /, *args: Any, **kwargs: Any) -> RewriteReport | None:
-        """The rewrite report of the signature these arguments have (traced if new)."""
+    def report(self, /, *args: Any, **kwargs: Any) -> RewriteReport:
+        """The rewrite report of the signature these arguments have (traced if new); after a
+        fallback, `report.fallback` says why jax.jit runs it."""
         entry = self._entry_for(args, kwargs)[0]
         if self._fast_state == "broken":  # built since: its calls run jax.jit as well
             entry.fall_back("an earlier call's rewritten program failed: jax.jit runs every call")
         report = entry.report
-        if report is not None and self._is_disabled():
+        if self._is_disabled():
             return dataclasses.replace(
                 report, schedule="jax.jit: JAXRW_DISABLE is set (this is what jaxrw would run)"
             )
@@ -502,7 +503,7 @@ class Optimized(Stages):
         except Exception as e:  # noqa: BLE001 - never break the user's program
             why = self._fall_back(e if isinstance(e, JaxrwError) else RewriteStageError("optimize", e), e)
             kept = (closed, None, None) if self._keep else None
-            return Entry(self._jitted, out_tree, None, fallback=why, trace=kept)
+            return Entry(self._jitted, out_tree, RewriteReport.failed(closed, why), fallback=why, trace=kept)
         report = result.report
         log.debug("jaxrw %s: %r", fn_name(self.fn), report)
         kept = (closed, result, profile) if self._keep else None

@@ -483,5 +483,4 @@ def handoff_schedule(opt: Any, entry: Any, args: tuple, kwargs: dict) -> None:
     entry.schedule, why = choice.for_plain_jit(
         opt.schedule, flat, lambda: device_inputs(leaves), leaves, opt.schedule_memory_slack, kept=True
     )
-    if entry.report is not None:
-        entry.report.schedule = f"{entry.schedule}: {why} (handed off to jax.jit's program)"
+    entry.report.schedule = f"{entry.schedule}: {why} (handed off to jax.jit's program)"

@@ -153,7 +153,7 @@ class Entry:
 
     call: Callable[..., Any]
     out_tree: Any
-    report: RewriteReport | None
+    report: RewriteReport
     fallback: str | None = None  # the cause, when jax.jit runs instead
     trace: Any = None  # (closed jaxpr, RewriteResult, profile), kept only for explain
     proven: bool = False  # the rewritten program compiled and ran once
@@ -167,8 +167,7 @@ class Entry:
         Returns the entry."""
         if self.fallback is None:
             self.fallback = why
-            if self.report is not None:
-                self.report.fell_back(why)
+            self.report.fell_back(why)
         return self
 
 

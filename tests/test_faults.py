@@ -100,6 +100,21 @@ def test_the_report_of_a_signature_that_fell_back_says_so(monkeypatch):
 
 
 @pytest.mark.parametrize("stage, module, attr, fault", FAULTS, ids=IDS)
+def test_every_stage_that_fell_back_has_a_report_saying_why(monkeypatch, stage, module, attr, fault):
+    # a fault while the program was built (encode..decode) left report() returning None
+    monkeypatch.setattr(module, attr, fault)
+    f, args = _program()
+    opt = jaxrw.optimize(f, limits=jaxrw.Limits(min_gain=0))
+    with pytest.warns(UserWarning, match="falling back"):
+        rep = opt.report(*args)
+    assert f"{stage} stage failed" in rep.fallback and "injected fault" in rep.fallback
+    assert not rep.rewritten and rep.schedule == "jax.jit: fallback" and rep.n_equations > 0
+    assert rep.to_dict()["fallback"] == rep.fallback and "fell back to jax.jit" in repr(rep)
+    if stage != "schedule":  # the schedule stage runs after the rewrite, which stopped as usual
+        assert rep.stop_reason is jaxrw.StopReason.FAILED
+
+
+@pytest.mark.parametrize("stage, module, attr, fault", FAULTS, ids=IDS)
 def test_fault_in_stage_raises_under_strict(monkeypatch, stage, module, attr, fault):
     monkeypatch.setattr(module, attr, fault)
     f, args = _program()

@@ -288,8 +288,10 @@ def stop_summary(rec: dict) -> str:
     rep = rec.get("report")
     if rec.get("opt_timeout"):
         return "timeout"
+    if rec.get("fallback"):
+        return "fallback"
     if rep is None:
-        return "fallback" if rec.get("fallback") else "—"
+        return "—"
     return rep["stop_reason"] + ("" if rep.get("rewritten") else ", kept")
 
 

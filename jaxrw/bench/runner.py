@@ -380,7 +380,7 @@ def _optimize(rw: Any, args: tuple, opts: Options, rec: dict[str, Any]) -> Any:
             rec["notes"].append(str(e) + "; jaxrw not timed")
         rec["opt_s"] = time.perf_counter() - t
     fallback = [str(w.message) for w in caught if "jaxrw" in str(w.message)]
-    rec["fallback"] = fallback[0] if (report is None and fallback) else None
+    rec["fallback"] = (fallback[0] if fallback else report.fallback) if report and report.fallback else None
     return report
 
 

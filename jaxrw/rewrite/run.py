@@ -51,6 +51,7 @@ class StopReason(enum.Enum):
     NO_RULES = "no rules"
     SIZE_LIMIT = "size limit"  # the program has more equations than limits.equations: not encoded
     ZERO_SIZE = "zero-size arrays"  # a value has no elements: kept as written (see rewrite_jaxpr)
+    FAILED = "failed"  # optimize raised before a program was chosen: jax.jit runs (report.fallback)
 
 
 @dataclass(frozen=True)
@@ -116,14 +117,27 @@ class RewriteReport:
     hoist_note: str = ""
     nonfinite_note: str = ""  # why numerics="default" fell back to exact rules (nonfinite.py)
     schedule: str = ""  # what runs the program and why ("xla: asked for"); set by optimize
+    fallback: str = ""  # why jax.jit runs this signature instead ("" when jaxrw's program runs)
 
     @property
     def predicted_speedup(self) -> float:
         return speedup(self.cost_before, self.cost_after)
 
+    @classmethod
+    def failed(cls, closed: Any, why: str) -> RewriteReport:
+        """The report of a signature whose optimization raised (`why`): jax.jit runs it."""
+        report = cls(
+            n_equations=len(closed.jaxpr.eqns),
+            n_outputs=len(closed.jaxpr.outvars),
+            stop_reason=StopReason.FAILED,
+        )
+        report.fell_back(why)
+        return report
+
     def fell_back(self, why: str) -> None:
-        """After the rewrite: the signature runs jax.jit instead (`why`), so the report says so."""
+        """The signature runs jax.jit instead (`why`), so the report says so."""
         self.rewritten = False
+        self.fallback = why
         self.guard_note = f"fell back to jax.jit: {why}"
         self.schedule = "jax.jit: fallback"
 
@@ -186,6 +200,7 @@ class RewriteReport:
             "hoist_note": self.hoist_note,
             "nonfinite_note": self.nonfinite_note,
             "schedule": self.schedule,
+            "fallback": self.fallback,
             "bodies": [b.to_dict() for b in self.bodies],
         }
 
