@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -138,3 +139,20 @@ def scan_with_extra_consts(params: dict, body: Any, k: int) -> dict:
 
     consts, carry, xs = params["ft_in"].unpack()
     return {**params, "jaxpr": body, "ft_in": ft.pack((ft.nones(len(consts) + k), carry, xs))}
+
+
+def source_line(eqn: Any) -> str:
+    """`file:line (function)` of the user code that made `eqn` (jax 0.11/0.12:
+    jax.extend.source_info_util.summarize)."""
+    try:
+        from jax.extend.source_info_util import summarize
+
+        text = summarize(eqn.source_info)
+    except Exception:  # noqa: BLE001 - source info is best effort
+        return ""
+    if not text or text.startswith("unknown"):
+        return ""
+    loc, _, fn = text.partition(" ")
+    path, _, rest = loc.partition(":")
+    line = rest.split(":")[0]
+    return f"{os.path.basename(path)}:{line} {fn}".strip()

@@ -108,6 +108,8 @@ class Explanation(ExplanationViews):
     jaxpr_after: str | None = None
     measured: dict[str, dict[str, float]] | None = None
     graphs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bodies: list[Explanation] = field(default_factory=list)  # control-flow bodies, each explained
+    where: str = ""  # for a body: its equation and the user's line ("scan body @ model.py:12 (f)")
     result: Any = field(default=None, repr=False, compare=False)  # the RewriteResult (not serialized)
 
     @property
@@ -130,9 +132,14 @@ class Explanation(ExplanationViews):
         return m["jax.jit"]["median_s"] / m["jaxrw"]["median_s"]
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "result"}
+        d = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("result", "bodies")
+        }
         d = json.loads(json.dumps(d, default=_jsonable))  # nested dataclasses -> plain data
         d["unchanged_cost"] = list(self.unchanged_cost)
+        d["bodies"] = [b.to_dict() for b in self.bodies]
         return d
 
     def to_json(self, **kw: Any) -> str:
@@ -145,6 +152,7 @@ class Explanation(ExplanationViews):
         d["rules"] = [RuleSite(**r) for r in d.get("rules", [])]
         d["regions"] = [Region(**r) for r in d.get("regions", [])]
         d["unchanged_cost"] = tuple(d.get("unchanged_cost", (0.0, 0.0)))
+        d["bodies"] = [cls.from_dict(b) for b in d.get("bodies", [])]
         return cls(**d)
 
     @classmethod
@@ -194,7 +202,6 @@ def explain(
 
 def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
     from .rewrite.cost import get_cost_model
-    from .rewrite.run import bodies_row
 
     options = {
         k: _plain(getattr(opt, k)) for k in ("rules", "cost_model", "extractor", "numerics", "autotune")
@@ -212,25 +219,48 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
         return Explanation(
             name, signature, options, "fallback", entry.fallback or "", None, {}, jaxpr_before=_pretty(closed)
         )
-    status = "rewritten" if report.rewritten else "kept"
-    note = report.guard_note
-    if any(b.rewritten for b in report.bodies):  # the table below maps the top level only
-        note = (note + "; " if note else "") + bodies_row(report.bodies)
+    model = get_cost_model(opt.cost_model, profile)
+    return _explained(name, closed, result, model, options, sites, DISABLED_NOTE if off else "", report)
+
+
+def _explained(
+    name: str,
+    closed: Any,
+    result: Any,
+    model: Any,
+    options: dict,
+    sites: bool,
+    note: str = "",
+    report: Any = None,
+) -> Explanation:
+    """The explanation of one program (`closed`, rewritten as `result`; `report`: the one its
+    caller was given, default the result's), and of the control-flow bodies rewritten within it,
+    each an explanation of its own (`Explanation.bodies`)."""
+    from .rewrite.run import bodies_row
+
+    report = result.report if report is None else report
+    notes = [note, report.guard_note]
+    if any(b.rewritten for b in report.bodies):  # each has a table of its own: ex.bodies
+        notes.append(bodies_row(report.bodies))
     if report.autotune:
-        note = (note + "; " if note else "") + f"autotune winner: {report.autotune.get('winner')}"
-    if off:
-        note = DISABLED_NOTE + ("; " + note if note else "")
+        notes.append(f"autotune winner: {report.autotune.get('winner')}")
     ex = Explanation(
         name,
-        signature,
+        [a.str_short() for a in closed.in_avals],
         options,
-        status,
-        note,
+        "rewritten" if report.rewritten else "kept",
+        "; ".join(n for n in notes if n),
         report.to_dict(),
         dict(report.phase_s),
         jaxpr_before=_pretty(closed),
         result=result,
     )
+    ex.bodies = [
+        _explained(f"{name} / {where}", body.closed, body, model, options, sites)
+        for where, body in result.bodies
+    ]
+    for (where, _), body in zip(result.bodies, ex.bodies, strict=True):
+        body.where = where
     if result.fn is not None:
         try:
             specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
@@ -240,7 +270,7 @@ def _build(opt: Any, entry: Any, report: Any, sites: bool) -> Explanation:
     if result.view is None:  # never encoded (zero-size values, over the limits): the report says why
         return ex
     try:
-        _analyze(ex, closed, result, get_cost_model(opt.cost_model, profile), report, sites)
+        _analyze(ex, closed, result, model, report, sites)
     except Exception as e:  # noqa: BLE001 - a partial explanation beats none
         log.warning("explain %s: equation mapping failed: %s: %s", name, type(e).__name__, e)
         ex.note = (ex.note + "; " if ex.note else "") + f"equation mapping failed ({type(e).__name__}: {e})"
@@ -303,23 +333,6 @@ def _walk(jaxpr: Any) -> Iterator[Any]:
             yield from _walk(compat.call_body(eqn).jaxpr)
         else:
             yield eqn
-
-
-def _source(eqn: Any) -> str:
-    """`file:line (function)` of the user code that made `eqn` (jax 0.11/0.12:
-    jax.extend.source_info_util.summarize)."""
-    try:
-        from jax.extend.source_info_util import summarize
-
-        text = summarize(eqn.source_info)
-    except Exception:  # noqa: BLE001 - source info is best effort
-        return ""
-    if not text or text.startswith("unknown"):
-        return ""
-    loc, _, fn = text.partition(" ")
-    path, _, rest = loc.partition(":")
-    line = rest.split(":")[0]
-    return f"{os.path.basename(path)}:{line} {fn}".strip()
 
 
 def _eqn_text(eqn: Any) -> str:
@@ -439,7 +452,7 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
                     status = "removed" if status == "kept" else status
                 elif choice[fc] != nmap[c]:
                     status = "rewritten"
-        infos.append(EquationInfo(i, eqn.primitive.name, _eqn_text(eqn), _source(eqn), status))
+        infos.append(EquationInfo(i, eqn.primitive.name, _eqn_text(eqn), compat.source_line(eqn), status))
     ex.equations = infos
 
     # regions: connected groups of changed equations along the original dataflow

@@ -70,7 +70,10 @@ class ExplanationViews:
     def summary_rows(self) -> list[tuple[str, str]]:
         rep = self.report or {}
         model = rep.get("cost_model", "")
-        rows = [("function", f"{self.name}({', '.join(self.signature)})"), ("result", self.status)]
+        if self.where:  # a control-flow body: its inputs are the body's, not the function's
+            rows = [("body", self.where), ("inputs", ", ".join(self.signature)), ("result", self.status)]
+        else:
+            rows = [("function", f"{self.name}({', '.join(self.signature)})"), ("result", self.status)]
         if self.note:
             rows.append(("note", self.note))
         if rep:
@@ -196,6 +199,7 @@ class ExplanationViews:
             for row in self.region_rows():
                 add(t, row)
             parts.append(t)
+        parts.extend(body.__rich__() for body in self.bodies)  # control-flow bodies, titled by where
         return Group(*parts)
 
     def __repr__(self) -> str:
@@ -250,6 +254,8 @@ class ExplanationViews:
         )
         if self.graphs:
             out.append(self._graphs_html())
+        for body in self.bodies:
+            out.append(f"<details><summary>{e(body.name)}</summary>{body._repr_html_()}</details>")
         out.append("</div>")
         return "\n".join(out)
 
@@ -302,8 +308,9 @@ class ExplanationViews:
         return g
 
     def render(self, directory: str | Path = ".", format: str = "svg") -> list[Path]:
-        """Write `<name>_before.<format>` and `<name>_after.<format>`; return their paths.
-        Returns [] (and says why) when graphviz's `dot` program is not installed."""
+        """Write `<name>_before.<format>` and `<name>_after.<format>`, and those of each control-flow
+        body; return their paths. Returns [] (and says why) when graphviz's `dot` program is not
+        installed."""
         import logging
 
         if not dot_available():
@@ -319,6 +326,8 @@ class ExplanationViews:
                 filename=stem.name, directory=str(directory), format=format, cleanup=True
             )
             paths.append(Path(path))
+        for body in self.bodies:
+            paths += body.render(directory, format)
         return paths
 
 

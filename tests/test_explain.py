@@ -67,8 +67,8 @@ def check_invariants(ex: jaxrw.Explanation) -> None:
         assert all(0 <= i < len(ex.equations) for i in r.sites or [])
     if ex.status == "rewritten" and rep["cost_after"] < rep["cost_before"]:
         assert ex.regions or ex.report.get("hoisted_bytes")
-    text = repr(ex)
-    assert "jaxrw.explain" in text and ex.name in text
+    text = " ".join(repr(ex).split())  # a long title (a body's) is wrapped at a space
+    assert "jaxrw.explain" in text and " ".join(ex.name.split()) in text
     assert jaxrw.Explanation.from_json(ex.to_json()) == ex
 
 
@@ -274,9 +274,10 @@ def test_configure_logging_levels():
         logger.handlers[:] = old_handlers
 
 
-def test_a_rewrite_inside_a_loop_body_is_named_in_the_note():
-    # the equation table maps the top level only: a scan whose body alone was rewritten still says
-    # so, with the rules fired in it
+def test_a_rewrite_inside_a_loop_body_is_explained_as_a_body():
+    # a scan whose body alone was rewritten says so in the note, with the rules fired in it; the
+    # body has an explanation of its own (the tables mapped the top level only): its rules, the
+    # user's lines they matched, and its regions
     k = jax.random.split(jax.random.PRNGKey(0), 4)
     w1, w2, w3 = (jax.random.normal(k[i], (16, 16)) for i in range(3))
     xs = jax.random.normal(k[3], (5, 4, 16))
@@ -294,6 +295,41 @@ def test_a_rewrite_inside_a_loop_body_is_named_in_the_note():
     ex = opt.explain(w1, w2, w3, xs)
     assert "control-flow bodies rewritten (" in ex.note and "merge." in ex.note
     assert "control-flow bodies rewritten" in str(ex)
+    (body,) = ex.bodies  # (the H200 profile prices XLA's dot merger: a program-level row)
+    assert body.where.startswith("scan body @ test_explain.py:") and body.name == f"{ex.name} / {body.where}"
+    assert (
+        body.status == "rewritten"
+        and body.regions
+        and body.signature == ["float32[16,16]"] * 3 + ["float32[]", "float32[4,16]"]
+    )
+    merged = [r for r in body.rules if r.name.startswith("merge.")]
+    assert merged and all("test_explain.py" in body._where(i) for r in merged for i in r.sites)
+    assert "scan body @" in str(ex) and f"jaxrw.explain — {html.escape(body.name)}" in ex._repr_html_()
+    assert jaxrw.Explanation.from_json(ex.to_json()).bodies[0] == body
+
+
+def test_bodies_nested_and_kept_are_explained_too():
+    # a cond inside a fori_loop (a scan): the loop body's explanation holds the branches'; the
+    # branch the guard kept is explained as kept
+    k = jax.random.split(jax.random.PRNGKey(1), 3)
+    w1, w2, a = (jax.random.normal(k[i], s) for i, s in enumerate([(64, 64), (64, 64), (64, 4)]))
+
+    def f(w1, w2, a):
+        def step(i, h):
+            return jax.lax.cond(i % 2 == 0, lambda h: (w1 @ w2) @ h, lambda h: h + 1.0, h)
+
+        return jax.lax.fori_loop(0, 3, step, a)
+
+    ex = jaxrw.explain(f, w1, w2, a, numerics="fast")  # (a loop's carry stays exact under "default")
+    (loop,) = ex.bodies
+    assert loop.where.startswith("scan body @")
+    assert [b.where.split(" @")[0] for b in loop.bodies] == ["cond branch 0", "cond branch 1"]
+    for b in (ex, loop, *loop.bodies):
+        check_invariants(b)
+    kept, chain = loop.bodies
+    assert kept.status == "kept" and chain.status == "rewritten" and loop.status == ex.status == "rewritten"
+    assert any(r.name == "dot.assoc_right" and r.sites for r in chain.rules) and chain.regions
+    assert jaxrw.Explanation.from_json(ex.to_json()) == ex
 
 
 def test_measure_leaves_donated_arguments_alive_and_times_the_fast_path():

@@ -35,6 +35,12 @@ CUSTOM_RULE_PRIMITIVES = frozenset({"custom_jvp_call", "custom_vjp_call"})
 Rewriter = Callable[[Any, frozenset[int], frozenset[int]], Any]
 
 
+def _where(eqn: Any, part: str = "") -> str:
+    """A body's name in reports and explain: its equation, the part, the user's line."""
+    source = compat.source_line(eqn)
+    return f"{eqn.primitive.name}{' ' + part if part else ''}" + (f" @ {source}" if source else "")
+
+
 def _specs(closed: Any) -> list[Any]:
     return [
         jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, weak_type=v.aval.weak_type)
@@ -48,7 +54,7 @@ def _retrace(fn: Callable, specs: list[Any]) -> Any | None:
     return None if closed.consts else closed
 
 
-def _loop_body(eqn: Any, rewrite: Rewriter, body_key: str, first: int, reports: list) -> Any:
+def _loop_body(eqn: Any, rewrite: Rewriter, body_key: str, first: int, bodies: list) -> Any:
     """A replacement for a scan/while equation whose body was rewritten, or None."""
     p = eqn.params
     body = p[body_key]
@@ -56,7 +62,7 @@ def _loop_body(eqn: Any, rewrite: Rewriter, body_key: str, first: int, reports: 
     nc = compat.scan_num_consts(p) if is_scan else p["body_nconsts"]
     # every output may reach a saturating op: a carry feeds the next step, which may apply one
     res = rewrite(body, frozenset(range(nc)), frozenset(range(len(body.jaxpr.outvars))))
-    reports.append(res.report)
+    bodies.append((_where(eqn, "body"), res))
     if res.fn is None:
         return None
     hoisted = getattr(res.fn, "hoisted", None)
@@ -91,18 +97,18 @@ def _loop_body(eqn: Any, rewrite: Rewriter, body_key: str, first: int, reports: 
     return run
 
 
-def _rewritten(body: Any, rewrite: Rewriter, reports: list, out_cone: frozenset[int]) -> Any:
+def _rewritten(body: Any, rewrite: Rewriter, bodies: list, where: str, out_cone: frozenset[int]) -> Any:
     """A body (closed jaxpr, no slow inputs) rewritten and retraced, or None where it is kept."""
     res = rewrite(body, frozenset(), out_cone)
-    reports.append(res.report)
+    bodies.append((where, res))
     return None if res.fn is None else _retrace(res.fn, _specs(body))
 
 
-def _cond(eqn: Any, rewrite: Rewriter, reports: list, out_cone: frozenset[int]) -> Any:
+def _cond(eqn: Any, rewrite: Rewriter, bodies: list, out_cone: frozenset[int]) -> Any:
     branches = list(eqn.params["branches"])
     changed = False
     for i, br in enumerate(branches):
-        new = _rewritten(br, rewrite, reports, out_cone)
+        new = _rewritten(br, rewrite, bodies, _where(eqn, f"branch {i}"), out_cone)
         if new is not None:
             branches[i] = new
             changed = True
@@ -122,7 +128,7 @@ def _has_products(jaxpr: Any) -> bool:
     return False
 
 
-def _region(eqn: Any, rewrite: Rewriter, reports: list, key: str, out_cone: frozenset[int]) -> Any:
+def _region(eqn: Any, rewrite: Rewriter, bodies: list, key: str, out_cone: frozenset[int]) -> Any:
     """A replacement for an equation whose one body (`params[key]`) was rewritten, or None: the
     primal of a custom_jvp_call/custom_vjp_call, or a checkpoint (remat) region. Bodies without
     products (relu, softmax, gelu and the like: dozens per model) are left as they are: each
@@ -130,31 +136,32 @@ def _region(eqn: Any, rewrite: Rewriter, reports: list, key: str, out_cone: froz
     body = eqn.params[key]
     closed_given = isinstance(body, jax.extend.core.ClosedJaxpr)
     closed = body if closed_given else jax.extend.core.ClosedJaxpr(body, [])
-    new = _rewritten(closed, rewrite, reports, out_cone) if _has_products(closed.jaxpr) else None
+    new = _rewritten(closed, rewrite, bodies, _where(eqn), out_cone) if _has_products(closed.jaxpr) else None
     if new is None:
         return None
     params = {**eqn.params, key: new if closed_given else new.jaxpr}
     return lambda vals: compat.bind_equation(eqn.primitive, params, vals)
 
 
-def make_body_hook(rewrite: Rewriter, reports: list) -> Callable[[Any], Any]:
-    """The encoder's hook: rewrite the bodies of control-flow equations with `rewrite`.
-    `out_cone`: the equation's outputs that reach a saturating op in the program around it."""
+def make_body_hook(rewrite: Rewriter, bodies: list) -> Callable[[Any], Any]:
+    """The encoder's hook: rewrite the bodies of control-flow equations with `rewrite`, adding
+    (where, RewriteResult) to `bodies` for each. `out_cone`: the equation's outputs that reach a
+    saturating op in the program around it."""
 
     def hook(eqn: Any, out_cone: frozenset[int] = frozenset()) -> Any:
         name = eqn.primitive.name
         if name == "scan":
             # scan operands: consts, carry, xs; the consts are loop-invariant
-            return _loop_body(eqn, rewrite, "jaxpr", 0, reports)
+            return _loop_body(eqn, rewrite, "jaxpr", 0, bodies)
         if name == "while":
             # while operands: cond consts, body consts, carry; only the body is rewritten
-            return _loop_body(eqn, rewrite, "body_jaxpr", eqn.params["cond_nconsts"], reports)
+            return _loop_body(eqn, rewrite, "body_jaxpr", eqn.params["cond_nconsts"], bodies)
         if name == "cond":
-            return _cond(eqn, rewrite, reports, out_cone)
+            return _cond(eqn, rewrite, bodies, out_cone)
         if name in CUSTOM_RULE_PRIMITIVES and not eqn.params.get("symbolic_zeros"):
-            return _region(eqn, rewrite, reports, "call_jaxpr", out_cone)
+            return _region(eqn, rewrite, bodies, "call_jaxpr", out_cone)
         if name in compat.REMAT_CALLS:
-            return _region(eqn, rewrite, reports, "jaxpr", out_cone)
+            return _region(eqn, rewrite, bodies, "jaxpr", out_cone)
         return None
 
     return hook

@@ -214,6 +214,9 @@ class RewriteResult:
     extraction: Extraction | None = None
     costs: dict[str, float] | None = None
     before: EGraphView | None = None  # the e-graph before any rule ran
+    closed: Any = None  # the program rewritten (a closed jaxpr)
+    # the control-flow bodies rewritten within it, each named by where it is (control.py)
+    bodies: list[tuple[str, RewriteResult]] = field(default_factory=list)
 
 
 def _stage(name: str, fn: Callable, *args: Any, **kw: Any) -> Any:
@@ -378,9 +381,9 @@ def rewrite_jaxpr(
     if kept is not None:
         report.n_equations, report.n_outputs = n_eqns, len(closed.jaxpr.outvars)
         report.stop_reason, report.guard_note = kept
-        return RewriteResult(None, report, None)
+        return RewriteResult(None, report, None, closed=closed)
     t = time.perf_counter()
-    hook = None
+    hook, bodies = None, []
     # the options a nested or repeated run shares with this one
     same = dict(
         rules=rules,
@@ -402,8 +405,9 @@ def rewrite_jaxpr(
         def rewrite_body(body: Any, body_slow: frozenset[int], body_cone: frozenset[int]) -> RewriteResult:
             return rewrite_jaxpr(body, **same, slow=body_slow, cone_outputs=body_cone)
 
-        hook = make_body_hook(rewrite_body, report.bodies)
+        hook = make_body_hook(rewrite_body, bodies)
     program = _stage("encode", encode, closed, hook, cone_outputs)
+    report.bodies = [res.report for _, res in bodies]
     report.n_equations, report.n_outputs = program.n_equations, len(program.outputs)
     report.phase_s["encode"] = time.perf_counter() - t
     log.debug("encode: %s in %.1f ms", program.describe(), report.phase_s["encode"] * 1e3)
@@ -459,7 +463,7 @@ def rewrite_jaxpr(
         report.guard_note = f"predicted gain {gain * 100:.2f}% < margin {limits.min_gain * 100:g}%"
         report.cost_after = report.cost_before
         log.debug("guard: original kept (%s)", report.guard_note)
-        return RewriteResult(None, report, program, view, ex, costs, before)
+        return RewriteResult(None, report, program, view, ex, costs, before, closed, bodies)
 
     t = time.perf_counter()
     original = frozenset(original_classes(before, view))
@@ -473,7 +477,7 @@ def rewrite_jaxpr(
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True
     log.debug("decode: rewritten program built in %.1f ms", report.phase_s["decode"] * 1e3)
-    return RewriteResult(fn, report, program, view, ex, costs, before)
+    return RewriteResult(fn, report, program, view, ex, costs, before, closed, bodies)
 
 
 def _has_zero_size(jaxpr: Any) -> bool:
