@@ -569,8 +569,8 @@ def optimize(
 
     Usable as `@optimize` or `@optimize(...)`. `rules` names rules or families (default: all).
     `numerics` (docs/numerics.md): "strict" uses only rules exact in floating point (results
-    bit-identical to jax.jit, up to the order XLA sums a dot in where the rewrite changed the dot
-    or what produces its operands); "default"
+    bit-identical to jax.jit, up to how XLA compiles the rebuilt program around what changed: the
+    order it sums a dot in, a repeated divisor computed once); "default"
     also reassociates and factors: each result stays within n*u/(1 - n*u) * |f|(|x|) of the exact
     value, the bound of evaluating the same sums and products in any order (n the roundings on a
     path, u the dtype's unit roundoff), and a result is finite where jax.jit's is (inexact rules
