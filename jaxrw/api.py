@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 
-from . import compat, signature
+from . import compat
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker, slow_leaves
 from .logs import fn_name, warn_user
@@ -30,7 +30,7 @@ from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, Limits, RewriteReport, rewrite_jaxpr
 from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
-from .signature import Entry, as_written, leaf_key, leaf_keys, leaf_owners, spec, static_key
+from .signature import Entry, as_written, leaf_key, leaf_keys, leaf_owners, spec, static_key, trace_config
 from .stages import Stages
 from .tolerance import check_outputs, relative_error, tolerance
 
@@ -275,8 +275,6 @@ class Optimized(Stages):
                 self._unbuilt.add(key)  # no state "jit" again before it is built (`_all_original`)
             if entry is None or not as_written(entry):
                 self._leave_jit()  # its program runs from its next call, through __call__
-            elif entry.fn is not None and entry.fallback is None:  # kept: the jaxpr traced once
-                return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
             return self.fn(*args, **kwargs)
         python = entry is not None and _needs_python(entry, self._fast_mode)
         if python or (entry is None and self._build_outside()):
@@ -435,7 +433,7 @@ class Optimized(Stages):
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
         """(dynamic args and kwargs, hashable static values and the config that changes a trace)."""
         if not (kwargs or self.static_argnums):
-            return (args, {}), signature.trace_config()
+            return (args, {}), trace_config()
         static_pos = set(self.static_argnums)
         dyn_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
         statics = []
@@ -448,7 +446,7 @@ class Optimized(Stages):
                 statics.append((k, static_key(v, f"argument {k!r}")))
             else:
                 dyn_kwargs[k] = v
-        return (dyn_args, dyn_kwargs), (*statics, *signature.trace_config())
+        return (dyn_args, dyn_kwargs), (*statics, *trace_config())
 
     def _flat_fn(self, args: tuple, kwargs: dict, in_tree: Any) -> Callable:
         # only the static values are kept: the program must not hold the call's arrays (or tracers)
@@ -473,7 +471,6 @@ class Optimized(Stages):
         took_ms = (time.perf_counter() - t0) * 1e3
         log.debug("trace %s #%d: %d inputs in %.1f ms", fn_name(self.fn), self.traces, len(specs), took_ms)
         out_tree = jax.tree_util.tree_structure(out_shape)
-        original = signature.as_traced(closed, flat)  # the program as written: fn is not run again
         try:
             profile = self.profile if isinstance(self.profile, Profile) else None
             if profile is None:
@@ -500,7 +497,7 @@ class Optimized(Stages):
                 from .schedule.timing import device_inputs  # not zeros (DESIGN.md)
 
                 key = options_key(self, sorted(slow), profile)
-                apply_autotune(result, closed, original, device_inputs(leaves), self.autotune_k, key)
+                apply_autotune(result, closed, flat, device_inputs(leaves), k=self.autotune_k, key_extra=key)
             if result.fn is not None:
                 check_decoded(result.fn, specs, closed)
         except Exception as e:  # noqa: BLE001 - never break the user's program
@@ -523,6 +520,7 @@ class Optimized(Stages):
             report.schedule = f"{mode}: {why}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
         else:
+            original = lambda *xs: jax.tree_util.tree_leaves(flat(*xs))  # noqa: E731
             fn = result.fn if result.fn is not None else original
             try:
                 if report.rewritten and not tune:  # autotune measured already

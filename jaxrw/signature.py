@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .hoist import HotPath
     from .rewrite.run import RewriteReport
 
-__all__ = ["Entry", "as_traced", "as_written", "leaf_key", "leaf_owners", "spec", "static_key"]
+__all__ = ["Entry", "as_written", "leaf_key", "leaf_owners", "spec", "static_key"]
 
 
 def leaf_key(x: Any) -> tuple:
@@ -176,15 +176,3 @@ def as_written(entry: Entry) -> bool:
     guard, fallen back, or handed off (hoisting)."""
     original = entry.fallback is not None or entry.handed_off or not entry.report.rewritten
     return original and entry.schedule == "xla"
-
-
-def as_traced(closed: Any, flat: Callable) -> Callable[..., list]:
-    """The program as written, as a function of the flat leaves: `closed` (the jaxpr traced when
-    the signature was built) evaluated, so the user's Python runs once per signature as under
-    jax.jit (twice doubled trace-time warnings and prints, and the tracing time of a large model).
-    `flat` is called instead where the jaxpr holds a tracer of an outer trace, which a later call
-    must not see."""
-    if any(compat.is_tracer(c) for c in closed.consts):
-        return lambda *xs: jax.tree_util.tree_leaves(flat(*xs))
-    run = jax.extend.core.jaxpr_as_fun(closed)
-    return lambda *xs: list(run(*xs))

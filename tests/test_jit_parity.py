@@ -297,39 +297,3 @@ def test_a_bound_method_reaches_the_optimized_functions_attributes():
     m.f(x)
     assert m.f.report(m, x) is not None and m.f.__name__ == "f"
     m.f.clear_cache()
-
-
-@pytest.mark.parametrize(
-    "options",
-    [{}, {"donate_argnums": 1}, {"hoist_argnums": 0}, {"schedule": "xla"}, {"autotune": True}],
-    ids=["plain", "donate", "hoist", "xla", "autotune"],
-)
-@pytest.mark.parametrize("rewritten", [False, True], ids=["kept", "rewritten"])
-def test_the_function_is_traced_once_per_signature_as_jax_jit_traces_it(
-    options, rewritten, tmp_path, monkeypatch
-):
-    # a kept program ran the user's Python a second time (jax.jit's trace of it): trace-time
-    # warnings and prints twice, and twice the tracing of a large model (found by a review).
-    # (verify=True runs jax.jit's own program beside it, which traces the function itself)
-    monkeypatch.setenv("JAXRW_CACHE_DIR", str(tmp_path))  # autotune's choices: not the user's cache
-    traced = []
-    # left as it is: with hoisting, a signature new while every earlier one is kept as written is
-    # traced in the class's jit (which runs it as written this once) and again when it is built
-    twice = [(4, 64)] if options.get("hoist_argnums") == 0 and not rewritten else []
-
-    def program(w, x):
-        return (x @ w) @ w.T if rewritten else jnp.tanh(x @ w)
-
-    def f(w, x):
-        traced.append(x.shape)
-        return program(w, x)
-
-    w = jnp.ones((64, 64)) / 64
-    opt = jaxrw.optimize(f, **options)
-    for shape in [(128, 64), (128, 64), (4, 64), (128, 64), (4, 64)]:
-        want = jax.jit(program)(w, jnp.ones(shape))
-        np.testing.assert_allclose(np.asarray(opt(w, jnp.ones(shape))), np.asarray(want), rtol=1e-5)
-    assert sorted(traced) == sorted([(4, 64), (128, 64), *twice]), traced
-    rep = opt.report(w, jnp.ones((128, 64)))
-    assert len(traced) == 2 + len(twice)
-    assert rep.rewritten == rewritten or options.get("autotune")  # autotune keeps what it measured
