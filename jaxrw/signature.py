@@ -107,12 +107,14 @@ def spec(x: Any) -> Any:
 def trace_config() -> tuple:
     """The settings that change what a function traces to, as jax.jit keys its cache on them:
     64-bit types (jnp.arange is int64 under x64), the default matmul precision, and type and rank
-    promotion (under "strict" or "raise" jax.jit raises where the default promotes)."""
+    promotion (under "strict" or "raise" jax.jit raises where the default promotes), and the mesh
+    `jax.set_mesh` gives (a sharding constraint traced under one mesh fails under another)."""
     c = jax.config
     return (
         ("x64", c.jax_enable_x64),
         ("precision", c.jax_default_matmul_precision),
         ("promotion", c.jax_numpy_dtype_promotion, c.jax_numpy_rank_promotion),
+        ("mesh", jax.sharding.get_abstract_mesh()),
     )
 
 

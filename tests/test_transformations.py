@@ -113,6 +113,27 @@ def test_shard_map_functions_keep_their_shardings(axis_type):
         assert opt.report(x, A, B) is not None  # it raised ValueError (Explicit)
 
 
+def test_a_signature_is_traced_again_under_another_mesh():
+    # the mesh jax.set_mesh gives was no part of the signature: a program traced with a sharding
+    # constraint under a 4-device mesh ran under a 2-device one, failed, and fell back for good
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 virtual devices")
+    kind = jax.sharding.AxisType.Auto
+    meshes = [jax.make_mesh((n,), ("a",), axis_types=(kind,), devices=jax.devices()[:n]) for n in (4, 2)]
+    A, x = _r(6, 64, 64), _r(7, 64, 1)
+
+    def g(A, x):
+        return (A @ A) @ x, jax.lax.with_sharding_constraint(jnp.tanh(A), P("a"))
+
+    opt = jaxrw.optimize(g, strict=True)
+    for mesh in meshes:
+        with jax.set_mesh(mesh):
+            got, want = opt(A, x), jax.jit(g)(A, x)
+            assert opt.report(A, x).rewritten and got[1].sharding == want[1].sharding
+            np.testing.assert_allclose(got[0], want[0], rtol=2e-5, atol=1e-6)
+    assert opt.traces == 2
+
+
 def test_a_collective_over_an_outer_axis_falls_back_saying_why():
     # the fallback called a psum inside shard_map(optimize(body)) a side effect
     if len(jax.devices()) < 4:
