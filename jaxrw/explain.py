@@ -255,11 +255,12 @@ def _explained(
         jaxpr_before=_pretty(closed),
         result=result,
     )
+    wheres = _distinct([where for where, _ in result.bodies])
     ex.bodies = [
-        _explained(f"{name} / {where}", body.closed, body, model, options, sites)
-        for where, body in result.bodies
+        _explained(f"{name} / {w}", b.closed, b, model, options, sites)
+        for w, (_, b) in zip(wheres, result.bodies, strict=True)
     ]
-    for (where, _), body in zip(result.bodies, ex.bodies, strict=True):
+    for where, body in zip(wheres, ex.bodies, strict=True):
         body.where = where
     if result.fn is not None:
         try:
@@ -275,6 +276,18 @@ def _explained(
         log.warning("explain %s: equation mapping failed: %s: %s", name, type(e).__name__, e)
         ex.note = (ex.note + "; " if ex.note else "") + f"equation mapping failed ({type(e).__name__}: {e})"
     return ex
+
+
+def _distinct(names: list[str]) -> list[str]:
+    """Names made distinct by numbering repeats ("scan body @ f.py:3 (f) #2"): bodies made on one
+    source line (a loop of scans) named one file in `render()` and one title in the tables."""
+    total = {n: names.count(n) for n in names}
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(f"{n} #{seen[n]}" if total[n] > 1 else n)
+    return out
 
 
 def _named(signature: list[str], dyn: tuple) -> list[str]:

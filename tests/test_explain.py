@@ -332,6 +332,21 @@ def test_bodies_nested_and_kept_are_explained_too():
     assert jaxrw.Explanation.from_json(ex.to_json()) == ex
 
 
+def test_bodies_made_on_one_line_have_distinct_names():
+    # three scans from one line (a loop over layers) were named alike: render() wrote one file
+    ws = jnp.stack([jnp.eye(32) * 0.5] * 3)
+
+    def f(ws, x):
+        for i in range(3):
+            x, _ = jax.lax.scan(lambda h, w: ((h @ w) @ w.T, None), x, ws[i : i + 1])
+        return x
+
+    ex = jaxrw.explain(f, ws, jnp.ones((64, 32)), numerics="fast", sites=False)
+    names = [b.name for b in ex.bodies]
+    assert len(names) == 3 and len(set(names)) == 3 and names[2].endswith(" #3")
+    assert jaxrw.Explanation.from_json(ex.to_json()) == ex
+
+
 def test_measure_leaves_donated_arguments_alive_and_times_the_fast_path():
     # measure=True timed the caller's arrays through donating functions: "Array has been
     # deleted", and the caller's `v` with it; and it timed the Python path of a private copy

@@ -35,6 +35,7 @@ from ..errors import Interrupt
 from ..hoist import HANDOFF_AFTER
 from ..options import disabled
 from ..rewrite.measure import settle as settle_pairs
+from ..rewrite.run import StopReason
 from .case import Case, Instance
 from .report import AT_LEAST, MATCHED, matched_speedup, paired_speedup, speedup_interval
 from .timing import measure
@@ -229,7 +230,9 @@ def _run(inst: Instance, opts: Options, rec: dict[str, Any]) -> None:
         report = _optimize(rw, args, opts, rec)
     else:
         rec["notes"].append("jaxrw not run (reference check only)")
-    rec["report"] = report.to_dict() if report is not None else None
+    # None where the build failed (the record's `fallback` says why), as the tables read it
+    built = report is not None and report.stop_reason is not StopReason.FAILED
+    rec["report"] = report.to_dict() if built else None
 
     variants: dict[str, tuple[Callable, tuple]] = {"jax.jit": (jax.jit(inst.fn), args)}
     if opts.jaxrw and not rec["opt_timeout"]:
@@ -367,9 +370,10 @@ def _rotating(fn: Callable, sets: list[tuple]) -> Callable:
 
 def _optimize(rw: Any, args: tuple, opts: Options, rec: dict[str, Any]) -> Any:
     """Trace, rewrite, extract and decode (compilation is timed with the first call), within the
-    deadline; fill opt_s, opt_timeout and fallback; return the RewriteReport or None."""
+    deadline; fill opt_s, opt_timeout and fallback (the cause); return the RewriteReport, None
+    past the deadline."""
     report = None
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True):  # a fallback's warning: the record says why
         warnings.simplefilter("always")
         t = time.perf_counter()
         try:
@@ -379,8 +383,7 @@ def _optimize(rw: Any, args: tuple, opts: Options, rec: dict[str, Any]) -> Any:
             rec["opt_timeout"] = True
             rec["notes"].append(str(e) + "; jaxrw not timed")
         rec["opt_s"] = time.perf_counter() - t
-    fallback = [str(w.message) for w in caught if "jaxrw" in str(w.message)]
-    rec["fallback"] = (fallback[0] if fallback else report.fallback) if report and report.fallback else None
+    rec["fallback"] = report.fallback if report is not None and report.fallback else None
     return report
 
 
