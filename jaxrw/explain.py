@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -232,10 +233,12 @@ def _explained(
     sites: bool,
     note: str = "",
     report: Any = None,
+    where: str = "",
 ) -> Explanation:
     """The explanation of one program (`closed`, rewritten as `result`; `report`: the one its
-    caller was given, default the result's), and of the control-flow bodies rewritten within it,
-    each an explanation of its own (`Explanation.bodies`)."""
+    caller was given, default the result's; `where`: a body's place in the user's code), and of
+    the control-flow bodies rewritten within it, each an explanation of its own
+    (`Explanation.bodies`)."""
     from .rewrite.run import bodies_row
 
     report = result.report if report is None else report
@@ -253,15 +256,14 @@ def _explained(
         report.to_dict(),
         dict(report.phase_s),
         jaxpr_before=_pretty(closed),
+        where=where,
         result=result,
     )
-    wheres = _distinct([where for where, _ in result.bodies])
+    wheres = _distinct([w for w, _ in result.bodies])
     ex.bodies = [
-        _explained(f"{name} / {w}", b.closed, b, model, options, sites)
+        _explained(f"{name} / {w}", b.closed, b, model, options, sites, where=w)
         for w, (_, b) in zip(wheres, result.bodies, strict=True)
     ]
-    for where, body in zip(wheres, ex.bodies, strict=True):
-        body.where = where
     if result.fn is not None:
         try:
             specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
@@ -281,11 +283,10 @@ def _explained(
 def _distinct(names: list[str]) -> list[str]:
     """Names made distinct by numbering repeats ("scan body @ f.py:3 (f) #2"): bodies made on one
     source line (a loop of scans) named one file in `render()` and one title in the tables."""
-    total = {n: names.count(n) for n in names}
-    seen: dict[str, int] = {}
+    total, seen = Counter(names), Counter()
     out = []
     for n in names:
-        seen[n] = seen.get(n, 0) + 1
+        seen[n] += 1
         out.append(f"{n} #{seen[n]}" if total[n] > 1 else n)
     return out
 

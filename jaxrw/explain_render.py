@@ -71,9 +71,10 @@ class ExplanationViews:
         rep = self.report or {}
         model = rep.get("cost_model", "")
         if self.where:  # a control-flow body: its inputs are the body's, not the function's
-            rows = [("body", self.where), ("inputs", ", ".join(self.signature)), ("result", self.status)]
+            rows = [("body", self.where), ("inputs", ", ".join(self.signature))]
         else:
-            rows = [("function", f"{self.name}({', '.join(self.signature)})"), ("result", self.status)]
+            rows = [("function", f"{self.name}({', '.join(self.signature)})")]
+        rows.append(("result", self.status))
         if self.note:
             rows.append(("note", self.note))
         if rep:
