@@ -145,10 +145,55 @@ def test_a_candidate_is_judged_round_by_round(monkeypatch):
     _rounds(monkeypatch, {"xla": [1.0] * 9, "xla-graphs": mixed})
     notes: list[str] = []
     assert timing.pick_fastest(base, {"xla-graphs": cand}, specs, "f", notes=notes) is None
-    assert notes == ["xla-graphs 1.20x"]
+    # undecided after nine rounds: timed again, over 27 rounds, against base alone (still mixed)
+    assert notes == ["xla-graphs 1.20x", "xla-graphs over 27 rounds 1.20x"]
     # within the margin: refused
     _rounds(monkeypatch, {"xla": [1.0] * 9, "xla-graphs": [1.0 / 1.04] * 9})
     assert timing.pick_fastest(base, {"xla-graphs": cand}, specs, "f") is None
+
+
+def test_an_undecided_candidate_is_timed_longer_and_still_needs_a_second_timing(monkeypatch):
+    from jaxrw.rewrite.measure import Timing
+
+    base, cand = (lambda x: x + 1), (lambda x: x + 1)
+    specs = [jax.ShapeDtypeStruct((4,), np.float32)]
+    mixed = [1.0 / 1.2] * 6 + [1.1] * 3  # 1.2x by the median round, slower in three of nine
+    timings = [
+        {"xla": [1.0] * 9, "xla-concurrent": mixed, "xla-graphs": [1.0 / 1.03] * 9},
+        {"xla": [1.0] * 27, "xla-concurrent": [1.0 / 1.12] * 24 + [1.05] * 3},  # steady over 27
+        {"xla": [1.0] * 9, "xla-concurrent": [1.0 / 1.1] * 9},  # the second timing agrees
+    ]
+    calls: list[tuple[list[str], int]] = []
+
+    def measure(variants, repeats, **kw):
+        calls.append((list(variants), repeats))
+        return {k: Timing(list(timings[len(calls) - 1][k]), 1) for k in variants}
+
+    monkeypatch.setattr(timing, "time_call", lambda f, args, calls=20: 1.0)
+    monkeypatch.setattr(timing, "peak_bytes", lambda f, args: None)
+    monkeypatch.setattr(timing, "measure", measure)
+    trial = {"xla-concurrent": cand, "xla-graphs": cand}
+    notes: list[str] = []
+    picked = timing.pick_fastest(base, trial, specs, "f", notes=notes)
+    assert calls == [
+        (["xla", "xla-concurrent", "xla-graphs"], 9),
+        (["xla", "xla-concurrent"], 27),  # the undecided one and base, three times as long
+        (["xla", "xla-concurrent"], 9),
+    ]
+    assert picked is not None and picked[0] == "xla-concurrent" and picked[1] == pytest.approx(1.1)
+    assert notes[-2:] == ["xla-concurrent over 27 rounds 1.12x", "xla-concurrent again 1.10x"]
+    # a second timing that disagrees still refuses it
+    timings[2]["xla-concurrent"] = [1.0] * 9
+    calls.clear()
+    assert timing.pick_fastest(base, trial, specs, "f") is None and len(calls) == 3
+    # a steady first timing is not timed longer; one under the margin by its median neither
+    timings[0]["xla-concurrent"] = [1.0 / 1.2] * 9
+    timings[1] = timings[2] = {"xla": [1.0] * 9, "xla-concurrent": [1.0 / 1.2] * 9}
+    calls.clear()
+    assert timing.pick_fastest(base, trial, specs, "f") is not None and [n for _, n in calls] == [9, 9]
+    timings[0]["xla-concurrent"] = [1.0 / 1.03] * 6 + [1.1] * 3
+    calls.clear()
+    assert timing.pick_fastest(base, trial, specs, "f") is None and len(calls) == 1
 
 
 def test_a_faster_candidate_with_wrong_values_is_refused(monkeypatch):
