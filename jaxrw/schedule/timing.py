@@ -250,7 +250,8 @@ def pick_fastest(
     median round must show the margin, and three rounds of four a gain, in each of two separate
     timings (the second of base and the pick alone; the lower gain is returned). A first timing
     with the margin but not the steadiness is replaced by one of base and that candidate over
-    UNDECIDED_ROUNDS_FACTOR times the rounds. A candidate named in `overhead` also pays `overhead[name]()` seconds per call: the host time of the call path it
+    UNDECIDED_ROUNDS_FACTOR times the rounds. A candidate named in `overhead` also pays
+    `overhead[name]()` seconds per call: the host time of the call path it
     needs and `base` does not (a 3% faster program is no gain when each call costs ~10 µs more to
     issue). `notes` collects what each candidate
     measured ("xla-graphs 0.99x"), or why it was refused ("xla-concurrent +12.0% peak memory").
@@ -342,9 +343,10 @@ def pick_fastest(
         # ~10 calls each do not settle that for a host-bound program: on the H200 the hoisted decode
         # step's xla-concurrent measured 1.10-1.15x unsteady in two leases, while the same mode, taken
         # for the step without hoisting, ran 1.28x in the bench. A longer timing of the two decides
-        longer = timing({"xla": variants["xla"], best: variants[best]}, repeats=UNDECIDED_ROUNDS_FACTOR * rounds)
-        gain, steady = _judge(longer, best, paid[best])
-        notes.append(f"{best} over {UNDECIDED_ROUNDS_FACTOR * rounds} rounds {gain:.2f}x")
+        longer = UNDECIDED_ROUNDS_FACTOR * rounds
+        pair = {"xla": variants["xla"], best: variants[best]}
+        gain, steady = _judge(timing(pair, repeats=longer), best, paid[best])
+        notes.append(f"{best} over {longer} rounds {gain:.2f}x")
     if gain < need or not steady:
         return None
     # a second, separate timing must agree: on the H200 host picks measured 1.12-1.49x when built
