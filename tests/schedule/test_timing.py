@@ -131,6 +131,23 @@ def _rounds(monkeypatch, samples: dict[str, list[float]]) -> None:
     )
 
 
+def _timings_in_turn(monkeypatch, timings: list[dict[str, list[float]]]) -> list[tuple[list[str], int]]:
+    """pick_fastest's timings stood in for: the k-th `measure` returns `timings[k]`'s samples for
+    the variants asked. Returns the list of (variants, repeats) each call asked for, filled as it runs."""
+    from jaxrw.rewrite.measure import Timing
+
+    calls: list[tuple[list[str], int]] = []
+
+    def measure(variants, repeats, **kw):
+        calls.append((list(variants), repeats))
+        return {k: Timing(list(timings[len(calls) - 1][k]), 1) for k in variants}
+
+    monkeypatch.setattr(timing, "time_call", lambda f, args, calls=20: 1.0)
+    monkeypatch.setattr(timing, "peak_bytes", lambda f, args: None)
+    monkeypatch.setattr(timing, "measure", measure)
+    return calls
+
+
 def test_a_candidate_is_judged_round_by_round(monkeypatch):
     base, cand = (lambda x: x + 1), (lambda x: x + 1)
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
@@ -153,7 +170,6 @@ def test_a_candidate_is_judged_round_by_round(monkeypatch):
 
 
 def test_an_undecided_candidate_is_timed_longer_and_still_needs_a_second_timing(monkeypatch):
-    from jaxrw.rewrite.measure import Timing
 
     base, cand = (lambda x: x + 1), (lambda x: x + 1)
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
@@ -163,15 +179,7 @@ def test_an_undecided_candidate_is_timed_longer_and_still_needs_a_second_timing(
         {"xla": [1.0] * 27, "xla-concurrent": [1.0 / 1.12] * 24 + [1.05] * 3},  # steady over 27
         {"xla": [1.0] * 9, "xla-concurrent": [1.0 / 1.1] * 9},  # the second timing agrees
     ]
-    calls: list[tuple[list[str], int]] = []
-
-    def measure(variants, repeats, **kw):
-        calls.append((list(variants), repeats))
-        return {k: Timing(list(timings[len(calls) - 1][k]), 1) for k in variants}
-
-    monkeypatch.setattr(timing, "time_call", lambda f, args, calls=20: 1.0)
-    monkeypatch.setattr(timing, "peak_bytes", lambda f, args: None)
-    monkeypatch.setattr(timing, "measure", measure)
+    calls = _timings_in_turn(monkeypatch, timings)
     trial = {"xla-concurrent": cand, "xla-graphs": cand}
     notes: list[str] = []
     picked = timing.pick_fastest(base, trial, specs, "f", notes=notes)
@@ -216,7 +224,6 @@ def test_a_faster_candidate_with_wrong_values_is_refused(monkeypatch):
 
 
 def test_a_pick_needs_a_second_timing_to_agree(monkeypatch):
-    from jaxrw.rewrite.measure import Timing
 
     base, cand = (lambda x: x + 1), (lambda x: x + 1)
     specs = [jax.ShapeDtypeStruct((4,), np.float32)]
@@ -224,19 +231,11 @@ def test_a_pick_needs_a_second_timing_to_agree(monkeypatch):
         {"xla": [1.0] * 9, "xla-graphs": [1.0 / 1.3] * 9, "xla-concurrent": [1.0 / 1.1] * 9},
         {"xla": [1.0] * 9, "xla-graphs": [1.0 / 1.02] * 9},  # the second timing: 1.02x
     ]
-    calls: list[list[str]] = []
-
-    def measure(variants, repeats, **kw):
-        calls.append(list(variants))
-        return {k: Timing(list(timings[len(calls) - 1][k]), 1) for k in variants}
-
-    monkeypatch.setattr(timing, "time_call", lambda f, args, calls=20: 1.0)
-    monkeypatch.setattr(timing, "peak_bytes", lambda f, args: None)
-    monkeypatch.setattr(timing, "measure", measure)
+    calls = _timings_in_turn(monkeypatch, timings)
     trial = {"xla-graphs": cand, "xla-concurrent": cand}
     notes: list[str] = []
     assert timing.pick_fastest(base, trial, specs, "f", notes=notes) is None
-    assert calls == [["xla", "xla-graphs", "xla-concurrent"], ["xla", "xla-graphs"]]  # base and the pick
+    assert [v for v, _ in calls] == [["xla", "xla-graphs", "xla-concurrent"], ["xla", "xla-graphs"]]
     assert notes == ["xla-graphs 1.30x", "xla-concurrent 1.10x", "xla-graphs again 1.02x"]
     # when it agrees, the lower of the two gains is the one reported
     timings[1]["xla-graphs"] = [1.0 / 1.2] * 9
