@@ -22,7 +22,7 @@ import jax
 
 from . import compat
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError
-from .hoist import MISS, HoistedCall, HotPath, NotHot, handoff_schedule, picker, slow_leaves
+from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, handoff_schedule, install_hot, slow_leaves
 from .logs import fn_name, warn_user
 from .options import both_spellings, checked_options, disabled, resolve_argnums
 from .rewrite.cost import CostModel
@@ -215,23 +215,20 @@ class Optimized(Stages):
             # under an outer jit/grad/vmap the program is traced into the caller's; a schedule
             # applies to top-level calls only (XLA's concurrent mode cannot be nested in a jit)
             return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
+        hoisted = isinstance(entry.call, HoistedCall)
         if entry.proven:
             out = entry.call(*leaves)
         else:  # the first call compiles the built program: a failure there falls back too
             try:
-                out = entry.call(*leaves)
+                first = first_call(self, entry, key, args, kwargs, leaves) if hoisted else MISS
+                out = entry.call(*leaves) if first is MISS else None
             except Exception as e:  # noqa: BLE001 - never break the user's program
                 return self._first_call_failed(entry, e, args, kwargs)
             entry.proven = True
-        if isinstance(entry.call, HoistedCall) and not self.verify and entry.call.values is not None:
-            slow = set(entry.call.slow)
-            fast = tuple(i for i in range(len(leaves)) if i not in slow)
-            self._hot[(in_tree, statics)] = (entry, picker(fast), tuple(key[1][i] for i in fast))
-            # the cached values belong to this call's slow arrays (not so when one is a tracer)
-            if not self._hot_path_off and entry.call.ids == tuple(map(id, entry.call.pick_slow(leaves))):
-                entry.hot = entry.hot or HotPath(self, entry, key, args, kwargs)
-                entry.hot.refresh(args, kwargs)
-                self._set_hot_path(entry.hot)
+            if first is not MISS:  # through the quick path, which is set up
+                return first
+        if hoisted and not self.verify and entry.call.values is not None:
+            install_hot(self, entry, key, args, kwargs, leaves)
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not compat.traced(leaves):
             check_outputs(result, self._jitted(*args, **kwargs), fn_name(self.fn))

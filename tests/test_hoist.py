@@ -226,18 +226,39 @@ def _count_runs(call: HoistedCall) -> list[int]:
 def test_cached_calls_take_the_hot_path_through_one_jit():
     opt = jaxrw.optimize(f, hoist_argnums=0)
     p, x = _params(40), _x(41)
-    opt(p, x)
+    opt.report(p, x)  # built, not yet called
     call = _call(opt)
     runs = _count_runs(call)
-    for i in range(5):
+    for i in range(6):
         np.testing.assert_allclose(opt(p, x + i), f(p, x + i), rtol=1e-4, atol=1e-5)
-    assert opt._hot_path is not None and runs[0] == 1  # traced once, then jax's C++ dispatch
+    # traced once, by the hot path's jit at the first call, then jax's C++ dispatch: the first
+    # call ran the main program through its own jit as well (a second compilation) before
+    assert opt._hot_path is not None and runs[0] == 1
     p2 = jax.tree_util.tree_map(lambda a: a * 0.5, p)
     for _ in range(3):  # new arrays twice in a row: the prologue reruns; the hot path follows it
         np.testing.assert_allclose(opt(p2, x), f(p2, x), rtol=1e-4, atol=1e-5)
     assert call.prologue_runs == 2 and opt._hot_path is not None
     np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)  # the old arrays: jax.jit
     assert call.direct_runs == 2
+
+
+def test_a_hot_path_failing_at_the_first_call_falls_back_and_is_not_kept(monkeypatch):
+    import jaxrw.hoist
+
+    def failing_jit(*args, **kwargs):
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr(jaxrw.hoist, "without_frame", lambda jitted: (failing_jit, None))
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    p, x = _params(45), _x(46)
+    with pytest.warns(UserWarning, match="compile stage failed.*injected"):
+        out = opt(p, x)
+    want = jax.jit(f)(p, x)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
+    assert opt._hot_path is None and not opt._hot  # nothing of the failed path serves a call
+    for _ in range(2):  # the cached arrays again: jax.jit's program, no error
+        np.testing.assert_array_equal(np.asarray(opt(p, x)), np.asarray(want))
+    assert opt.report(p, x).fallback
 
 
 def test_another_signature_turns_the_hot_path_off_and_stays_right():
