@@ -186,7 +186,7 @@ def test_an_undecided_candidate_is_timed_longer_and_still_needs_a_second_timing(
     assert calls == [
         (["xla", "xla-concurrent", "xla-graphs"], 9),
         (["xla", "xla-concurrent"], 27),  # the undecided one and base, three times as long
-        (["xla", "xla-concurrent"], 9),
+        (["xla", "xla-concurrent"], 27),  # and the second timing as long
     ]
     assert picked is not None and picked[0] == "xla-concurrent" and picked[1] == pytest.approx(1.1)
     assert notes[-2:] == ["xla-concurrent over 27 rounds 1.12x", "xla-concurrent again 1.10x"]
