@@ -338,21 +338,20 @@ def pick_fastest(
     notes.extend(f"{k} {judged[k][0]:.2f}x" for k in ok)
     need = 1 / (1 - margin)
     gain, steady = judged[best]
-    again_rounds = rounds
+    pair, pair_rounds = {"xla": variants["xla"], best: variants[best]}, rounds  # timed alone from here
     if gain >= need and not steady:
         # undecided: faster by the median round, but not in three rounds of four. Nine rounds of
         # ~10 calls each do not settle that for a host-bound program: on the H200 the hoisted decode
         # step's xla-concurrent measured 1.10-1.15x unsteady in two leases, while the same mode, taken
         # for the step without hoisting, ran 1.28x in the bench. A longer timing of the two decides
-        longer = again_rounds = UNDECIDED_ROUNDS_FACTOR * rounds  # the second timing as long
-        pair = {"xla": variants["xla"], best: variants[best]}
-        gain, steady = _judge(timing(pair, repeats=longer), best, paid[best])
-        notes.append(f"{best} over {longer} rounds {gain:.2f}x")
+        pair_rounds = UNDECIDED_ROUNDS_FACTOR * rounds  # and the second timing as long
+        gain, steady = _judge(timing(pair, repeats=pair_rounds), best, paid[best])
+        notes.append(f"{best} over {pair_rounds} rounds {gain:.2f}x")
     if gain < need or not steady:
         return None
     # a second, separate timing must agree: on the H200 host picks measured 1.12-1.49x when built
     # ran 0.97-1.07x (bench/HISTORY.md, eleventh lease), so one timing is not taken on its own word
-    again = timing({"xla": variants["xla"], best: variants[best]}, repeats=again_rounds)
+    again = timing(pair, repeats=pair_rounds)
     gain2, steady2 = _judge(again, best, paid[best])
     notes.append(f"{best} again {gain2:.2f}x")
     if gain2 < need or not steady2:
