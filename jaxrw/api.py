@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 
-from . import compat
+from . import compat, hoist
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, handoff_schedule, install_hot, slow_leaves
 from .logs import fn_name, warn_user
@@ -217,7 +217,7 @@ class Optimized(Stages):
             return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
         hoisted = isinstance(entry.call, HoistedCall)
         if entry.proven:
-            out = entry.call(*leaves)
+            out = hoist.run_proven(self, entry, args, kwargs, leaves) if hoisted else entry.call(*leaves)
         else:  # the first call compiles the built program: a failure there falls back too
             try:
                 first = first_call(self, entry, key, args, kwargs, leaves) if hoisted else MISS

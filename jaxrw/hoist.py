@@ -33,6 +33,7 @@ __all__ = [
     "slow_leaves",
     "install_hot",
     "first_call",
+    "run_proven",
 ]
 
 
@@ -443,6 +444,22 @@ def first_call(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
         opt._hot.pop((key[0], key[2]), None)
         entry.hot = None
         raise
+
+
+def run_proven(opt: Any, entry: Any, args: tuple, kwargs: dict, leaves: list) -> Any:
+    """The flat outputs of a hoisted signature called off the quick path (another signature turned
+    it off: batch sizes alternating): through the signature's HotPath while the cached values
+    are still those it was refreshed for, whose jit its first call compiled (the plain run's jit
+    would be a second compilation of the main program); else the plain run."""
+    hot, h = entry.hot, entry.call
+    if hot is not None and hot.h_ids is h.ids and h.values is not None:
+        try:
+            out = hot(opt, args, kwargs)
+        except NotHot:
+            out = MISS
+        if out is not MISS:
+            return jax.tree_util.tree_leaves(out)
+    return h(*leaves)
 
 
 def hoisted_as_passed(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[str, ...]]:

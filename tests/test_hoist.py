@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import jaxrw
 from jaxrw.hoist import HoistedCall
+from tests.compiles import compiled_during
 
 
 def _params(seed, d=64, r=64):
@@ -274,6 +275,28 @@ def test_another_signature_turns_the_hot_path_off_and_stays_right():
     assert opt._hot_path is None and opt._hot_path_off
     opt.clear_cache()
     assert not opt._hot_path_off
+
+
+def test_batch_sizes_alternating_from_the_start_compile_each_main_program_once():
+    # each signature's main program compiles once: a signature whose quick path another shape
+    # turned off keeps running its first call's jit (three compilations before: that jit, then
+    # the plain run's for the first shape again)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    p = _params(47)
+    small, big = _x(48, n=4), _x(49, n=7)
+    opt.report(p, small)  # built (the prologue's and main programs' traces), not yet compiled
+    opt.report(p, big)
+    compiled = compiled_during(lambda: [opt(p, x) for _ in range(3) for x in (small, big)])
+    assert opt._hot_path_off
+    # per signature (each has its own prologue) the prologue once and the main program once
+    names = sorted(m.split()[4] for m in compiled)
+    assert len(names) == 4 and names.count("jit(prologue)") == 2, compiled
+    for x in (small, big):
+        np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+    p2 = jax.tree_util.tree_map(lambda a: a * 0.5, p)
+    for _ in range(2):  # new arrays reused: the prologue reruns; the results follow them
+        for x in (small, big):
+            np.testing.assert_allclose(opt(p2, x), f(p2, x), rtol=1e-4, atol=1e-5)
 
 
 def test_hot_path_with_static_arguments():

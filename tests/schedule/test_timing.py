@@ -3,7 +3,6 @@ judged round by round."""
 
 from __future__ import annotations
 
-import logging
 import re
 
 import jax
@@ -12,28 +11,7 @@ import numpy as np
 import pytest
 
 from jaxrw.schedule import timing
-
-
-class _Messages(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-def _compiled_during(fn) -> list[str]:
-    """The XLA compilations jax logs while `fn()` runs."""
-    seen = _Messages()
-    logger = logging.getLogger("jax")
-    logger.addHandler(seen)
-    try:
-        with jax.log_compiles():
-            fn()
-    finally:
-        logger.removeHandler(seen)
-    return [m for m in seen.messages if m.startswith("Finished XLA compilation")]
+from tests.compiles import compiled_during
 
 
 def test_candidates_compiled_side_by_side_are_not_compiled_again(monkeypatch):
@@ -42,11 +20,11 @@ def test_candidates_compiled_side_by_side_are_not_compiled_again(monkeypatch):
     first, second = jax.jit(lambda x: jnp.sin(x) @ x), jax.jit(lambda x: jnp.cos(x) @ x)
     timing.compile_side_by_side([first, second], [x])
     outs = []
-    assert _compiled_during(lambda: outs.extend([first(x), second(x)])) == []
+    assert compiled_during(lambda: outs.extend([first(x), second(x)])) == []
     np.testing.assert_allclose(outs[0], np.sin(np.asarray(x)) @ np.asarray(x), rtol=1e-4)
     np.testing.assert_allclose(outs[1], np.cos(np.asarray(x)) @ np.asarray(x), rtol=1e-4)
     # the check itself sees compilations: a new program is compiled on its first call
-    assert len(_compiled_during(lambda: jax.jit(lambda x: x * 3.0)(x))) == 1
+    assert len(compiled_during(lambda: jax.jit(lambda x: x * 3.0)(x))) == 1
 
 
 def test_side_by_side_compilation_is_skipped_on_small_machines_and_survives_faults(monkeypatch):
@@ -54,7 +32,7 @@ def test_side_by_side_compilation_is_skipped_on_small_machines_and_survives_faul
     monkeypatch.setattr(timing.os, "cpu_count", lambda: 2)
     lone = jax.jit(lambda x: x + 5.0)
     timing.compile_side_by_side([lone, jax.jit(lambda x: x - 5.0)], [x])
-    assert len(_compiled_during(lambda: lone(x))) == 1  # 2 cores: nothing was compiled ahead
+    assert len(compiled_during(lambda: lone(x))) == 1  # 2 cores: nothing was compiled ahead
     monkeypatch.setattr(timing.os, "cpu_count", lambda: 8)
 
     def broken(x):
