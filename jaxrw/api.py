@@ -96,6 +96,7 @@ class Optimized(Stages):
     _hot: dict[Any, tuple] = field(default_factory=dict, init=False, repr=False)
     _hot_path: HotPath | None = _state(None)  # of the last such signature called
     _hot_path_off: bool = _state(False)  # it met another signature: not used again
+    _prologues: dict = field(default_factory=dict, init=False, repr=False)  # hoist.shared_prologue's
     _undonated: Any = _state(None)  # this function without donation (`_without_donation`)
 
     def __post_init__(self):
@@ -255,9 +256,8 @@ class Optimized(Stages):
         candidate schedules when a signature is built."""
         from .schedule import cuda_available
 
-        return bool(self.hoist_argnums or self.hoist_argnames) or (
-            self.schedule == "auto" and cuda_available()
-        )
+        hoisting = self.hoist_argnums or self.hoist_argnames
+        return bool(hoisting) or (self.schedule == "auto" and cuda_available())
 
     def _inline(self, /, *args: Any, **kwargs: Any) -> Any:
         """Traced by `self._fast` (a jax.jit): this signature's program inlined into jit's trace."""
@@ -419,6 +419,7 @@ class Optimized(Stages):
         self._undonated = None
         self._unbuilt.clear()
         self._hot.clear()
+        self._prologues.clear()
         self._set_hot_path(None, off=False)
         self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
         if self._fast_state == "jit":
@@ -513,7 +514,7 @@ class Optimized(Stages):
         t_schedule = time.perf_counter()  # auto's timing of candidate schedules: a phase of its own
         if hoisted is not None:  # the main program stays a plain jit behind the identity check
             mode, why = choice.for_hoisted(self.schedule, hoisted, leaves, self.schedule_memory_slack)
-            call = HoistedCall(hoisted, donate, mode)
+            call = HoistedCall(hoisted, donate, mode, hoist.shared_prologue(self._prologues, hoisted, leaves))
             report.schedule = f"{mode}: {why}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
         else:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.extend
 
 from . import compat
 from .options import param_names
@@ -23,6 +24,8 @@ from .signature import leaf_key, leaf_owners  # the signature key optimize uses
 
 __all__ = [
     "HoistedCall",
+    "PrologueValues",
+    "shared_prologue",
     "HotPath",
     "NotHot",
     "MISS",
@@ -45,6 +48,74 @@ def picker(idx: tuple[int, ...]) -> Any:
     return get if len(idx) > 1 else (lambda xs: (get(xs),))
 
 
+class PrologueValues:
+    """The prologue's values for one set of slow arrays, cached by the arrays' identity. Shared by
+    the signatures whose prologue is one program (`shared_prologue`: batch sizes or cache lengths
+    that differ while the parameters do not), so one set of merged weights is computed and kept
+    for them all."""
+
+    def __init__(self, prologue: Callable[..., list[Any]]):
+        self.prologue = prologue
+        self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
+        self.values: list[Any] | None = None
+        self.finalizers: list[weakref.finalize] = []  # clear the cache when a leaf of `ids` dies
+        self.runs = 0
+
+    def _invalidate(self) -> None:
+        self.ids = None
+        self.values = None
+
+    def values_for(self, slow: list[Any]) -> list[Any]:
+        """The values for the concrete slow leaves `slow`: the cached ones if they belong to these
+        leaves, else computed (and cached where every leaf is a jax array)."""
+        ids = tuple(map(id, slow))
+        values = self.values
+        if values is None or ids != self.ids:
+            values = self.prologue(*slow)
+            self.runs += 1
+            if not all(isinstance(x, jax.Array) for x in slow):
+                # a NumPy array passed where the signature was built on jax arrays (one key for
+                # both): it can change in place under the same id, so its values are not kept
+                return values
+            for f in self.finalizers:  # the old leaves' deaths must not clear these values
+                f.detach()
+            self.ids, self.values = ids, values
+            self.finalizers = [weakref.finalize(x, self._invalidate) for x in slow]
+        return values
+
+
+def shared_prologue(registry: dict, hoisted: Any, leaves: list) -> PrologueValues:
+    """The value cache for `hoisted.prologue` on these slow leaves: the one in `registry` (an
+    Optimized's, per instance) of an earlier signature whose prologue traces to the same program
+    on the same kinds of leaves with the same constants, else a new one registered there."""
+    prologue = jax.jit(hoisted.prologue)
+    try:
+        slow = [leaves[i] for i in hoisted.slow]
+        keys = tuple(map(leaf_key, slow))
+        specs = [jax.ShapeDtypeStruct(k[0], k[1], weak_type=k[2]) for k in keys]
+        closed = jax.make_jaxpr(hoisted.prologue)(*specs)  # not the jit: its constants are inside
+        key = (keys, str(closed), tuple(map(id, _constants(closed))))
+    except Exception:  # noqa: BLE001 - a cache of its own: only sharing is lost
+        return PrologueValues(prologue)
+    return registry.setdefault(key, PrologueValues(prologue))
+
+
+def _constants(closed: Any) -> list[Any]:
+    """The constant arrays of a closed jaxpr and of every closed jaxpr in its equations' params
+    (a printed jaxpr names them, without their values)."""
+    found, todo = list(closed.consts), [closed.jaxpr]
+    while todo:
+        for eqn in todo.pop().eqns:
+            for v in eqn.params.values():
+                for item in v if isinstance(v, tuple | list) else (v,):
+                    if isinstance(item, jax.extend.core.ClosedJaxpr):
+                        found += item.consts
+                        todo.append(item.jaxpr)
+                    elif isinstance(item, jax.extend.core.Jaxpr):
+                        todo.append(item)
+    return found
+
+
 class HoistedCall:
     """Runs the prologue only when the slow arrays change, then the main program.
 
@@ -54,30 +125,29 @@ class HoistedCall:
     on every step) go to jax.jit's program instead (`wants_direct`): merged weights would cost a
     concatenation per call there, so the rewritten program would be slower than jax.jit.
     Slow leaves that are tracers (jit/grad/vmap with respect to the parameters) run the prologue
-    as ordinary traced computation and are never cached."""
+    as ordinary traced computation and are never cached. The cached values live in `cache`
+    (PrologueValues), which signatures with the same prologue share."""
 
-    def __init__(self, hoisted: Any, donate: tuple[int, ...], mode: str = "xla"):
+    def __init__(self, hoisted: Any, donate: tuple[int, ...], mode: str = "xla", cache: Any = None):
         self.mode = mode  # XLA's schedule for the main program's top-level calls (schedule.xla_modes)
         self.slow = hoisted.slow
         self.nbytes = hoisted.nbytes
         self.used = hoisted.main_args
         self.pick_slow = picker(self.slow)
         self._pick_used = picker(self.used)
-        self.prologue = jax.jit(hoisted.prologue)
+        self.cache: PrologueValues = cache or PrologueValues(jax.jit(hoisted.prologue))
+        self.prologue = self.cache.prologue
         donate_used = tuple(k for k, i in enumerate(self.used) if i in donate)
         self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)  # nestable in a trace
         self.main_top = tuned_jit(hoisted.main_used, mode, self.main, donate_argnums=donate_used)
-        self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
-        self.values: list[Any] | None = None
-        self._finalizers: list[weakref.finalize] = []  # clear the cache when a leaf of `ids` dies
         self.seen: tuple[int, ...] | None = None  # slow leaf ids of the previous call
-        self.prologue_runs = 0
         self.direct_runs = 0
         self.streak = 0  # direct runs in a row (HANDOFF_AFTER of them hand the signature to jax.jit)
 
-    def _invalidate(self) -> None:
-        self.ids = None
-        self.values = None
+    # the cache's state, read where one signature's view of it is meant
+    ids = property(lambda self: self.cache.ids)
+    values = property(lambda self: self.cache.values)
+    prologue_runs = property(lambda self: self.cache.runs)
 
     def run(self, leaves: list[Any] | tuple[Any, ...], values: list[Any], nested: bool = False) -> Any:
         """The main program; `nested`: inside another jit's trace (no compiler options there)."""
@@ -108,23 +178,10 @@ class HoistedCall:
         return self.run(leaves, self.values_for(slow))
 
     def values_for(self, slow: list[Any]) -> list[Any]:
-        """The prologue's values for the concrete slow leaves `slow`: the cached ones if they
-        belong to these leaves, else computed (and cached where every leaf is a jax array)."""
-        ids = tuple(map(id, slow))
-        self.seen, self.streak = ids, 0
-        values = self.values
-        if values is None or ids != self.ids:
-            values = self.prologue(*slow)
-            self.prologue_runs += 1
-            if not all(isinstance(x, jax.Array) for x in slow):
-                # a NumPy array passed where the signature was built on jax arrays (one key for
-                # both): it can change in place under the same id, so its values are not kept
-                return values
-            for f in self._finalizers:  # the old leaves' deaths must not clear these values
-                f.detach()
-            self.ids, self.values = ids, values
-            self._finalizers = [weakref.finalize(x, self._invalidate) for x in slow]
-        return values
+        """The prologue's values for the concrete slow leaves `slow` (`PrologueValues.values_for`);
+        a call on them starts a run of calls on new arrays again."""
+        self.seen, self.streak = tuple(map(id, slow)), 0
+        return self.cache.values_for(slow)
 
 
 class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
@@ -380,26 +437,27 @@ class HotPath:
         (k6: 31 µs in e5). On this project's CPU its Python is 1.7 µs against 2.5 µs before,
         mostly the identity check of the 16 leaves (bench/hot_call_cpu.py)."""
         h, token, same_lead, call, nested = self.h, self.h_ids, self.same_lead, self.call, self.nested
+        cache = h.cache  # its attributes directly: no property in the quickest call
         if same_lead is None or token is None:
             return None
         refs, get = tuple(self.passed), operator.call
         slow_call, donating, config = base.__call__, self.donates, jax.config
 
         def hot_call(opt: Any, /, *args: Any, **kwargs: Any) -> Any:
-            # the slow arrays are still the cached ones (h.ids is replaced or cleared otherwise) and
+            # the slow arrays are still the cached ones (cache.ids is replaced or cleared otherwise) and
             # args[0] holds them: every leaf alive, so the values belong to it. Under disable_jit,
             # or a donating call under a trace, Optimized.__call__ decides (~0.1 µs to ask).
             if config.jax_disable_jit or (donating and compat.under_trace()):
                 return slow_call(opt, *args, **kwargs)
-            if args and h.ids is token and same_lead(args[0]):
+            if args and cache.ids is token and same_lead(args[0]):
                 h.seen, h.streak = token, 0  # a cached call: a run of new arrays starts again
                 passed = tuple(map(get, refs)) if refs else ()
                 try:
-                    return call(h.values, passed, *args[1:], **kwargs)
+                    return call(cache.values, passed, *args[1:], **kwargs)
                 except ValueError as e:  # inside another jit's trace: no compiler options there
                     if nested is None or not is_nested_options_error(e):
                         raise
-                    return nested(h.values, passed, *args[1:], **kwargs)
+                    return nested(cache.values, passed, *args[1:], **kwargs)
                 except NotHot:  # other shapes: this path is off for good (as in Optimized.__call__)
                     opt._set_hot_path(None, off=True)
             return slow_call(opt, *args, **kwargs)

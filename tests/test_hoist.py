@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import warnings
 import weakref
 
 import jax
@@ -89,7 +90,7 @@ def test_hoist_argnames_and_weak_references():
     np.testing.assert_allclose(opt(x, params=p), f(p, x), rtol=1e-4, atol=1e-5)
     call = _call(opt)
     refs = [weakref.ref(leaf) for leaf in jax.tree.leaves(p)]
-    assert call.values is not None and all(f.alive for f in call._finalizers)
+    assert call.values is not None and all(f.alive for f in call.cache.finalizers)
     del p
     gc.collect()
     assert all(r() is None for r in refs)  # nothing kept alive that the user dropped
@@ -288,15 +289,82 @@ def test_batch_sizes_alternating_from_the_start_compile_each_main_program_once()
     opt.report(p, big)
     compiled = compiled_during(lambda: [opt(p, x) for _ in range(3) for x in (small, big)])
     assert opt._hot_path_off
-    # per signature (each has its own prologue) the prologue once and the main program once
+    # the prologue once (the two signatures' prologues are one program: shared), each main once
     names = sorted(m.split()[4] for m in compiled)
-    assert len(names) == 4 and names.count("jit(prologue)") == 2, compiled
+    assert len(names) == 3 and names.count("jit(prologue)") == 1, compiled
+    calls = [e.call for e in opt._cache.values()]
+    assert len(calls) == 2 and calls[0].cache is calls[1].cache and calls[0].prologue_runs == 1
     for x in (small, big):
         np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
     p2 = jax.tree_util.tree_map(lambda a: a * 0.5, p)
     for _ in range(2):  # new arrays reused: the prologue reruns; the results follow them
         for x in (small, big):
             np.testing.assert_allclose(opt(p2, x), f(p2, x), rtol=1e-4, atol=1e-5)
+
+
+def test_signatures_with_one_prologue_share_its_values():
+    # batch sizes (or cache lengths) that differ while the parameters do not: one set of merged
+    # weights, computed once, kept once, following new parameters for every signature
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    p = _params(50)
+    small, big = _x(51, n=3), _x(52, n=9)
+    for x in (small, big, small, big):
+        np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+    a, b = (e.call for e in opt._cache.values())
+    assert a.cache is b.cache and a.prologue_runs == 1
+    p2 = jax.tree_util.tree_map(lambda w: w * 0.5, p)
+    for x in (big, big, small, small):  # reused on one signature: the prologue reruns, once
+        np.testing.assert_allclose(opt(p2, x), f(p2, x), rtol=1e-4, atol=1e-5)
+    assert a.prologue_runs == 2 and a.ids == tuple(map(id, jax.tree_util.tree_leaves(p2)))
+    np.testing.assert_allclose(opt(p, small), f(p, small), rtol=1e-4, atol=1e-5)  # old ones: right
+    del p, p2
+    gc.collect()
+    assert a.values is None and b.values is None  # gone with the arrays, for both signatures
+
+
+def test_prologues_that_differ_are_not_shared():
+    # a static argument picks which product of the weights the prologue forms: two programs on
+    # the same parameters, each with values of its own (one shared cache would serve A@B for B@A)
+    def g(params, x, order):
+        a, b = params["A"], params["B"]
+        return jnp.tanh(x @ ((a @ b) if order == "ab" else (b @ a)))
+
+    opt = jaxrw.optimize(g, hoist_argnums=0, static_argnums=2)
+    p, x = _params(53), _x(54)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback
+        for _ in range(2):
+            for order in ("ab", "ba"):
+                np.testing.assert_allclose(opt(p, x, order), g(p, x, order), rtol=1e-4, atol=1e-5)
+    a, b = (e.call for e in opt._cache.values())
+    assert a.cache is not b.cache and a.prologue_runs == b.prologue_runs == 1
+
+
+def test_shared_prologue_keys_on_the_program_the_leaves_and_the_constants():
+    from jaxrw.hoist import shared_prologue
+
+    class Split:  # what shared_prologue reads of decode.Hoisted
+        def __init__(self, prologue, slow=(0, 1)):
+            self.prologue, self.slow = prologue, slow
+
+    a, b = jnp.ones((4, 4)), jnp.ones((4, 4))
+    c1, c2 = jnp.arange(4.0), jnp.arange(4.0) + 1.0
+    registry: dict = {}
+    first = shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b])
+    assert shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b]) is first
+    assert shared_prologue(registry, Split(lambda x, y: [x @ y * 2.0]), [a, b]) is not first
+    assert shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b.astype(jnp.bfloat16)]) is not first
+    with_c1 = shared_prologue(registry, Split(lambda x, y: [x @ y + c1]), [a, b])
+    assert shared_prologue(registry, Split(lambda x, y: [x @ y + c1]), [a, b]) is with_c1
+    assert shared_prologue(registry, Split(lambda x, y: [x @ y + c2]), [a, b]) is not with_c1
+    # inside a jit of its own (as a control-flow body's constants are): the same
+    in_jit = shared_prologue(registry, Split(lambda x, y: [jax.jit(lambda z: z + c1)(x @ y)]), [a, b])
+    assert (
+        shared_prologue(registry, Split(lambda x, y: [jax.jit(lambda z: z + c2)(x @ y)]), [a, b])
+        is not in_jit
+    )
+    broken = shared_prologue(registry, Split(lambda x, y: [x @ y], slow=(0, 5)), [a, b])
+    assert broken not in registry.values()  # no key: a cache of its own
 
 
 def test_hot_path_with_static_arguments():
