@@ -246,7 +246,7 @@ class _Layout:
         """Positions of the user's call as positions of the jit's call (values and passed first)."""
         return tuple(2 + i - sum(p < i for p in self.pos) for i in idx if i not in self._posset)
 
-    def main_jit(self, opt: Any, entry: Any, key: tuple, mismatch: Callable[[], Exception]) -> Any:
+    def main_jit(self, opt: Any, entry: Any, key: tuple, mismatch: Callable[..., Exception]) -> Any:
         """jax.jit of (values, passed, *fast args, **fast kwargs) -> the signature's output."""
         h, slots = entry.call, self._slots
         tree, keys, statics = key
@@ -263,10 +263,9 @@ class _Layout:
                 raise mismatch()
             for i, x in zip(fill, passed, strict=True):
                 leaves[i] = x
-            if any(
-                leaf_key(x) != keys[i] for i, x in enumerate(leaves) if i not in hoisted_flat or i in fill
-            ):
-                raise mismatch()
+            for i, x in enumerate(leaves):
+                if (i not in hoisted_flat or i in fill) and leaf_key(x) != keys[i]:
+                    raise mismatch(f"got {_spelled(leaf_key(x))}, bound with {_spelled(keys[i])}")
             return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values, nested=True))
 
         kw = {
@@ -279,6 +278,11 @@ class _Layout:
 
 
 _SLOT = object()  # a hoisted leaf inside the main program's jit that is not passed to it
+
+
+def _spelled(key: tuple) -> str:
+    """A leaf_key as jax spells an array type: float32[3,8]."""
+    return f"{key[1]}[{','.join(map(str, key[0]))}]"
 
 
 def _with_hoisted(fast: tuple, fast_kw: dict, hoisted: dict[int | str, Any]) -> tuple[tuple, dict] | None:
@@ -581,10 +585,10 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     values = h.prologue(*h.pick_slow(leaves))
     layout = _Layout(opt, entry, key, args, kwargs)
 
-    def mismatch() -> Exception:
+    def mismatch(what: str = "") -> Exception:
         return InvalidOptionError(
             "a bound function was called with arguments of another structure, shape or dtype "
-            "than it was bound with; bind again for them"
+            f"than it was bound with{f' ({what})' if what else ''}; bind again for them"
         )
 
     local = jax.tree_util.tree_leaves(layout.hoisted_args(args, kwargs))
