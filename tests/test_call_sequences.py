@@ -378,21 +378,26 @@ class World:
             po, pr = self.fresh(pw, 0), self.fresh(pw, 0)
             xo, xr = self.fresh(xw, 1), self.fresh(xw, 1)
 
+            returned = []
+
+            def ours():
+                out = jax.grad(loss(self.opt), argnums=(0, 1))(po, xo)
+                returned.append(True)
+                return out
+
             def reference():
                 try:
                     return jax.block_until_ready(jax.grad(loss(self.ref), argnums=(0, 1))(pr, xr))
                 except RuntimeError as e:
                     # jax.jit donating under grad can delete a primal its backward pass reads
-                    # (jax 0.12); jaxrw need not fail alike: the program without donation decides
-                    if self.o["donate"] is None or "deleted" not in str(e):
+                    # (jax 0.12); where jaxrw did not fail alike, the program without donation decides
+                    if not returned or self.o["donate"] is None or "deleted" not in str(e):
                         raise
                     note(f"grad: jax.jit with donation raised {e!r}; compared without donation")
                     g = jax.grad(loss(self.ref_undonated), argnums=(0, 1))
                     return g(self.fresh(pw, 0), self.fresh(xw, 1))
 
-            self.guarded(
-                f"grad(mode={mode})", lambda: jax.grad(loss(self.opt), argnums=(0, 1))(po, xo), reference
-            )
+            self.guarded(f"grad(mode={mode})", ours, reference)
             self.check_alive(self.p, self.x, what="grad")
         elif kind == "vmap":
             mode = s[1] if self.static else 0
@@ -574,6 +579,22 @@ N = int(os.environ.get("CALLSEQ_EXAMPLES", "30"))
     opts={
         "template": "chain",
         "hoist": "argnums",
+        "static": None,
+        "donate": 1,
+        "numerics": "default",
+        "schedule": "auto",
+        "verify": False,
+        "disable": False,
+        "d": 8,
+        "n": 3,
+    },
+    steps=[("grad", 0)],
+    rseed=0,
+)
+@example(  # the same without hoisting: jaxrw runs jax.jit's program and fails alike
+    opts={
+        "template": "chain",
+        "hoist": None,
         "static": None,
         "donate": 1,
         "numerics": "default",
