@@ -218,7 +218,7 @@ class Optimized(Stages):
             return jax.tree_util.tree_unflatten(entry.out_tree, entry.fn(*leaves))
         hoisted = isinstance(entry.call, HoistedCall)
         if entry.proven:
-            out = hoist.run_proven(self, entry, args, kwargs, leaves) if hoisted else entry.call(*leaves)
+            out = hoist.run_proven(self, entry, key, args, kwargs, leaves) if hoisted else entry.call(*leaves)
         else:  # the first call compiles the built program: a failure there falls back too
             try:
                 first = first_call(self, entry, key, args, kwargs, leaves) if hoisted else MISS

@@ -49,55 +49,75 @@ def picker(idx: tuple[int, ...]) -> Any:
 
 
 class PrologueValues:
-    """The prologue's values for one set of slow arrays, cached by the arrays' identity. Shared by
-    the signatures whose prologue is one program (`shared_prologue`: batch sizes or cache lengths
-    that differ while the parameters do not), so one set of merged weights is computed and kept
-    for them all."""
+    """One signature's prologue values for one set of slow arrays, cached by the arrays' identity.
+    Signatures whose prologue is one program (`shared_prologue`: batch sizes or cache lengths that
+    differ while the parameters do not) share its jit and take each other's values for the same
+    arrays (`group`): one set of merged weights, computed once and kept once. Each keeps a slot
+    of its own, so signatures called on different parameter sets do not evict each other."""
 
-    def __init__(self, prologue: Callable[..., list[Any]]):
+    def __init__(self, prologue: Callable[..., list[Any]], group: list[PrologueValues] | None = None):
         self.prologue = prologue
+        self.group = [] if group is None else group  # every cache of this prologue program
+        self.group.append(self)
         self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
         self.values: list[Any] | None = None
         self.finalizers: list[weakref.finalize] = []  # clear the cache when a leaf of `ids` dies
-        self.runs = 0
+        self.runs = 0  # prologue runs
+        self.fills = 0  # times values were cached: run here or taken from another signature
 
     def _invalidate(self) -> None:
         self.ids = None
         self.values = None
 
+    def held_elsewhere(self, ids: tuple[int, ...]) -> list[Any] | None:
+        """The values another signature of this prologue holds for the arrays `ids`, if any."""
+        for other in self.group:
+            if other is not self and other.values is not None and other.ids == ids:
+                return other.values
+        return None
+
     def values_for(self, slow: list[Any]) -> list[Any]:
         """The values for the concrete slow leaves `slow`: the cached ones if they belong to these
-        leaves, else computed (and cached where every leaf is a jax array)."""
+        leaves, else another signature's for them, else computed (and cached where every leaf is
+        a jax array)."""
         ids = tuple(map(id, slow))
         values = self.values
         if values is None or ids != self.ids:
-            values = self.prologue(*slow)
-            self.runs += 1
-            if not all(isinstance(x, jax.Array) for x in slow):
-                # a NumPy array passed where the signature was built on jax arrays (one key for
-                # both): it can change in place under the same id, so its values are not kept
-                return values
+            values = self.held_elsewhere(ids)
+            if values is None:
+                values = self.prologue(*slow)
+                self.runs += 1
+                if not all(isinstance(x, jax.Array) for x in slow):
+                    # a NumPy array passed where the signature was built on jax arrays (one key
+                    # for both): it can change in place under the same id, so it is not kept
+                    return values
             for f in self.finalizers:  # the old leaves' deaths must not clear these values
                 f.detach()
             self.ids, self.values = ids, values
+            self.fills += 1
             self.finalizers = [weakref.finalize(x, self._invalidate) for x in slow]
         return values
 
 
 def shared_prologue(registry: dict, hoisted: Any, leaves: list) -> PrologueValues:
-    """The value cache for `hoisted.prologue` on these slow leaves: the one in `registry` (an
-    Optimized's, per instance) of an earlier signature whose prologue traces to the same program
-    on the same kinds of leaves with the same constants, else a new one registered there."""
+    """A value cache for `hoisted.prologue` on these slow leaves, in the group `registry` (an
+    Optimized's, per instance) keeps for the signatures whose prologue traces to the same
+    program on the same kinds of leaves with the same constant arrays; a group of its own where
+    that cannot be told (a constant that is a tracer, a prologue that does not trace)."""
     prologue = jax.jit(hoisted.prologue)
     try:
         slow = [leaves[i] for i in hoisted.slow]
         keys = tuple(map(leaf_key, slow))
         specs = [jax.ShapeDtypeStruct(k[0], k[1], weak_type=k[2]) for k in keys]
         closed = jax.make_jaxpr(hoisted.prologue)(*specs)  # not the jit: its constants are inside
-        key = (keys, str(closed), tuple(map(id, _constants(closed))))
+        constants = _constants(closed)
+        if any(map(compat.is_tracer, constants)):  # an outer trace's: its id outlives it
+            return PrologueValues(prologue)
+        key = (keys, str(closed), tuple(map(id, constants)))
     except Exception:  # noqa: BLE001 - a cache of its own: only sharing is lost
         return PrologueValues(prologue)
-    return registry.setdefault(key, PrologueValues(prologue))
+    jitted, group = registry.setdefault(key, (prologue, []))
+    return PrologueValues(jitted, group)
 
 
 def _constants(closed: Any) -> list[Any]:
@@ -156,9 +176,13 @@ class HoistedCall:
     def wants_direct(self, ids: tuple[int, ...]) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
         should run (the arrays differ from the previous call's too), False when the prologue
-        should (first call, or the same new arrays twice in a row)."""
+        should (first call, or the same new arrays twice in a row) or another signature of the
+        same prologue holds values for them."""
         seen, self.seen = self.seen, ids
-        direct = self.prologue_runs > 0 and ids != seen
+        if self.cache.held_elsewhere(ids) is not None:  # another signature's values: no prologue run
+            self.streak = 0
+            return False
+        direct = self.cache.fills > 0 and ids != seen
         self.direct_runs += direct
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
         # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
@@ -281,8 +305,9 @@ _SLOT = object()  # a hoisted leaf inside the main program's jit that is not pas
 
 
 def _spelled(key: tuple) -> str:
-    """A leaf_key as jax spells an array type: float32[3,8]."""
-    return f"{key[1]}[{','.join(map(str, key[0]))}]"
+    """A leaf_key as jax spells an array type (float32[3,8]), with its weak type and sharding."""
+    weak = " weakly typed" if key[2] else ""
+    return f"{key[1]}[{','.join(map(str, key[0]))}]{weak}" + (f" sharded {key[3]}" if len(key) > 3 else "")
 
 
 def _with_hoisted(fast: tuple, fast_kw: dict, hoisted: dict[int | str, Any]) -> tuple[tuple, dict] | None:
@@ -478,10 +503,19 @@ def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, lea
     fast = tuple(i for i in range(len(leaves)) if i not in slow)
     opt._hot[(key[0], key[2])] = (entry, picker(fast), tuple(key[1][i] for i in fast))
     # the cached values belong to this call's slow arrays (not so when one is a tracer)
-    if not opt._hot_path_off and h.ids == tuple(map(id, h.pick_slow(leaves))):
+    if h.ids is None or h.ids != tuple(map(id, h.pick_slow(leaves))):
+        return
+    if not opt._hot_path_off:
         entry.hot = entry.hot or HotPath(opt, entry, key, args, kwargs)
         entry.hot.refresh(args, kwargs)
         opt._set_hot_path(entry.hot)
+    elif entry.hot is not None and entry.hot.h_ids is not h.ids:
+        entry.hot.refresh(args, kwargs)  # for run_proven: new values, once
+
+
+def _concrete(slow: list[Any]) -> bool:
+    """Slow leaves whose prologue values are cached by identity: jax arrays, no tracers."""
+    return all(isinstance(x, jax.Array) for x in slow) and not compat.traced(slow)
 
 
 def first_call(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leaves: list) -> Any:
@@ -492,8 +526,7 @@ def first_call(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
     prologue values, if computed, stay cached for the plain call)."""
     h = entry.call
     slow = list(h.pick_slow(leaves))
-    concrete = all(isinstance(x, jax.Array) for x in slow) and not compat.traced(slow)
-    if opt._hot_path_off or opt.verify or not concrete:
+    if opt._hot_path_off or opt.verify or not _concrete(slow):
         return MISS
     h.values_for(slow)
     install_hot(opt, entry, key, args, kwargs, leaves)
@@ -508,13 +541,19 @@ def first_call(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
         raise
 
 
-def run_proven(opt: Any, entry: Any, args: tuple, kwargs: dict, leaves: list) -> Any:
-    """The flat outputs of a hoisted signature called off the quick path (another signature turned
-    it off: batch sizes alternating): through the signature's HotPath while the cached values
-    are still those it was refreshed for, whose jit its first call compiled (the plain run's jit
-    would be a second compilation of the main program); else the plain run."""
+def run_proven(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leaves: list) -> Any:
+    """The flat outputs of a hoisted signature's later call on the full call path (new slow
+    arrays to be hoisted, or another signature turned the quick path off: batch sizes
+    alternating): through the signature's HotPath, refreshed for the values, whose jit its first
+    call compiled (the plain run's jit would be a second compilation of the main program);
+    else the plain run."""
     hot, h = entry.hot, entry.call
-    if hot is not None and hot.h_ids is h.ids and h.values is not None:
+    slow = list(h.pick_slow(leaves))
+    if hot is None or opt.verify or not _concrete(slow):
+        return h(*leaves)
+    h.values_for(slow)
+    install_hot(opt, entry, key, args, kwargs, leaves)  # refreshes the HotPath for new values
+    if hot.h_ids is h.ids and h.values is not None:
         try:
             out = hot(opt, args, kwargs)
         except NotHot:

@@ -293,7 +293,8 @@ def test_batch_sizes_alternating_from_the_start_compile_each_main_program_once()
     names = sorted(m.split()[4] for m in compiled)
     assert len(names) == 3 and names.count("jit(prologue)") == 1, compiled
     calls = [e.call for e in opt._cache.values()]
-    assert len(calls) == 2 and calls[0].cache is calls[1].cache and calls[0].prologue_runs == 1
+    assert len(calls) == 2 and calls[0].values is calls[1].values
+    assert calls[0].prologue_runs + calls[1].prologue_runs == 1
     for x in (small, big):
         np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
     p2 = jax.tree_util.tree_map(lambda a: a * 0.5, p)
@@ -311,15 +312,47 @@ def test_signatures_with_one_prologue_share_its_values():
     for x in (small, big, small, big):
         np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
     a, b = (e.call for e in opt._cache.values())
-    assert a.cache is b.cache and a.prologue_runs == 1
+    assert a.prologue is b.prologue and a.values is b.values  # one jit, one set of values
+    assert a.prologue_runs + b.prologue_runs == 1
     p2 = jax.tree_util.tree_map(lambda w: w * 0.5, p)
     for x in (big, big, small, small):  # reused on one signature: the prologue reruns, once
         np.testing.assert_allclose(opt(p2, x), f(p2, x), rtol=1e-4, atol=1e-5)
-    assert a.prologue_runs == 2 and a.ids == tuple(map(id, jax.tree_util.tree_leaves(p2)))
+    assert a.prologue_runs + b.prologue_runs == 2 and a.values is b.values
+    assert a.ids == tuple(map(id, jax.tree_util.tree_leaves(p2)))
     np.testing.assert_allclose(opt(p, small), f(p, small), rtol=1e-4, atol=1e-5)  # old ones: right
     del p, p2
     gc.collect()
     assert a.values is None and b.values is None  # gone with the arrays, for both signatures
+
+
+def test_signatures_on_different_parameters_keep_their_own_values():
+    # live and averaged weights evaluated in turn, each at its own batch size: each signature
+    # keeps its set (one shared slot made every reuse rerun the other's prologue: a review)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    live, ema = _params(55), _params(56)
+    a, b = _x(57, n=4), _x(58, n=9)
+    for _ in range(6):
+        for p, x in ((live, a), (live, a), (ema, b), (ema, b)):
+            np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+    calls = [e.call for e in opt._cache.values()]
+    assert sum(c.prologue_runs for c in calls) == 2 and calls[0].values is not calls[1].values
+
+
+def test_new_parameters_keep_each_main_program_compiled_once():
+    # after the quick path is off (two shapes), new parameters refresh each signature's own path,
+    # whose jit is the one already compiled (a review found the plain jit compiled again)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    p, p2 = _params(59), _params(60)
+    small, big = _x(61, n=4), _x(62, n=7)
+    for x in (small, big) * 3:
+        opt(p, x)
+    for params in (p2, p):
+        compiled = compiled_during(
+            lambda params=params: [opt(params, x) for _ in range(3) for x in (small, big)]
+        )
+        assert [m for m in compiled if "main" in m or "body" in m] == [], compiled
+    for x in (small, big):
+        np.testing.assert_allclose(opt(p2, x), f(p2, x), rtol=1e-4, atol=1e-5)
 
 
 def test_prologues_that_differ_are_not_shared():
@@ -351,12 +384,15 @@ def test_shared_prologue_keys_on_the_program_the_leaves_and_the_constants():
     c1, c2 = jnp.arange(4.0), jnp.arange(4.0) + 1.0
     registry: dict = {}
     first = shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b])
-    assert shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b]) is first
-    assert shared_prologue(registry, Split(lambda x, y: [x @ y * 2.0]), [a, b]) is not first
-    assert shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b.astype(jnp.bfloat16)]) is not first
+    assert shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b]).group is first.group
+    assert shared_prologue(registry, Split(lambda x, y: [x @ y * 2.0]), [a, b]).group is not first.group
+    assert (
+        shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b.astype(jnp.bfloat16)]).group
+        is not first.group
+    )
     with_c1 = shared_prologue(registry, Split(lambda x, y: [x @ y + c1]), [a, b])
-    assert shared_prologue(registry, Split(lambda x, y: [x @ y + c1]), [a, b]) is with_c1
-    assert shared_prologue(registry, Split(lambda x, y: [x @ y + c2]), [a, b]) is not with_c1
+    assert shared_prologue(registry, Split(lambda x, y: [x @ y + c1]), [a, b]).group is with_c1.group
+    assert shared_prologue(registry, Split(lambda x, y: [x @ y + c2]), [a, b]).group is not with_c1.group
     # inside a jit of its own (as a control-flow body's constants are): the same
     in_jit = shared_prologue(registry, Split(lambda x, y: [jax.jit(lambda z: z + c1)(x @ y)]), [a, b])
     assert (
@@ -364,7 +400,7 @@ def test_shared_prologue_keys_on_the_program_the_leaves_and_the_constants():
         is not in_jit
     )
     broken = shared_prologue(registry, Split(lambda x, y: [x @ y], slow=(0, 5)), [a, b])
-    assert broken not in registry.values()  # no key: a cache of its own
+    assert all(broken.group is not g for _, g in registry.values())  # no key: a group of its own
 
 
 def test_hot_path_with_static_arguments():
