@@ -513,6 +513,13 @@ def _copy_containers(tree):
     return tree
 
 
+def _opts(**changes):
+    """A hoisted chain template's options with `changes` (the explicit examples below)."""
+    base = {"template": "chain", "hoist": "argnums", "static": None, "donate": None, "numerics": "default"}
+    base.update(schedule="auto", verify=False, disable=False, d=8, n=3)
+    return {**base, **changes}
+
+
 N = int(os.environ.get("CALLSEQ_EXAMPLES", "30"))
 
 
@@ -525,88 +532,14 @@ N = int(os.environ.get("CALLSEQ_EXAMPLES", "30"))
 )
 @given(opts=options_st, steps=st.lists(step_st, min_size=1, max_size=16), rseed=st.integers(0, 2**16))
 # the defects the first run found (tests/test_hoist_call_class.py pins them too)
-@example(
-    opts={
-        "template": "chain",
-        "hoist": None,
-        "static": None,
-        "donate": 1,
-        "numerics": "default",
-        "schedule": "auto",
-        "verify": True,
-        "disable": False,
-        "d": 8,
-        "n": 3,
-    },
-    steps=[("call", "pos", 0)],
-    rseed=0,
-)
-@example(
-    opts={
-        "template": "chain",
-        "hoist": "argnums",
-        "static": None,
-        "donate": None,
-        "numerics": "default",
-        "schedule": "auto",
-        "verify": False,
-        "disable": False,
-        "d": 8,
-        "n": 3,
-    },
-    steps=[("numpy_params",), ("call", "pos", 0), ("np_mutate", 0)],
-    rseed=0,
-)
+@example(opts=_opts(hoist=None, donate=1, verify=True), steps=[("call", "pos", 0)], rseed=0)
+@example(opts=_opts(), steps=[("numpy_params",), ("call", "pos", 0), ("np_mutate", 0)], rseed=0)
 # a run of 200 examples (thirty-second session): a bound function called with another batch
 # size (refused, as documented), and jax.jit with donation failing under grad where jaxrw does not
-@example(
-    opts={
-        "template": "chain",
-        "hoist": "argnums",
-        "static": None,
-        "donate": None,
-        "numerics": "default",
-        "schedule": "auto",
-        "verify": False,
-        "disable": False,
-        "d": 8,
-        "n": 3,
-    },
-    steps=[("bind", False), ("call", "pos", 0), ("bind_call", 5)],
-    rseed=0,
-)
-@example(
-    opts={
-        "template": "chain",
-        "hoist": "argnums",
-        "static": None,
-        "donate": 1,
-        "numerics": "default",
-        "schedule": "auto",
-        "verify": False,
-        "disable": False,
-        "d": 8,
-        "n": 3,
-    },
-    steps=[("grad", 0)],
-    rseed=0,
-)
-@example(  # the same without hoisting: jaxrw runs jax.jit's program and fails alike
-    opts={
-        "template": "chain",
-        "hoist": None,
-        "static": None,
-        "donate": 1,
-        "numerics": "default",
-        "schedule": "auto",
-        "verify": False,
-        "disable": False,
-        "d": 8,
-        "n": 3,
-    },
-    steps=[("grad", 0)],
-    rseed=0,
-)
+@example(opts=_opts(), steps=[("bind", False), ("call", "pos", 0), ("bind_call", 5)], rseed=0)
+@example(opts=_opts(donate=1), steps=[("grad", 0)], rseed=0)
+# the same without hoisting: jaxrw runs jax.jit's program and fails alike
+@example(opts=_opts(hoist=None, donate=1), steps=[("grad", 0)], rseed=0)
 def test_call_sequences_match_jax_jit(opts, steps, rseed):
     w = World(opts, np.random.default_rng(rseed))
     note(f"options: {w.kw} template={opts['template']} disable={opts['disable']}")
