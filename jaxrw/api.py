@@ -25,6 +25,7 @@ from .errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, handoff_schedule, install_hot, slow_leaves
 from .logs import fn_name, warn_user
 from .options import both_spellings, checked_options, disabled, resolve_argnums
+from .prologue import shared_prologue
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
@@ -96,7 +97,7 @@ class Optimized(Stages):
     _hot: dict[Any, tuple] = field(default_factory=dict, init=False, repr=False)
     _hot_path: HotPath | None = _state(None)  # of the last such signature called
     _hot_path_off: bool = _state(False)  # it met another signature: not used again
-    _prologues: dict = field(default_factory=dict, init=False, repr=False)  # hoist.shared_prologue's
+    _prologues: dict = field(default_factory=dict, init=False, repr=False)  # prologue.shared_prologue's
     _undonated: Any = _state(None)  # this function without donation (`_without_donation`)
 
     def __post_init__(self):
@@ -189,15 +190,10 @@ class Optimized(Stages):
         if hot is not None:  # hoisting, this structure seen before: are the slow arrays cached?
             entry, fast, fast_keys = hot
             h = entry.call
-            ids = tuple(map(id, h.pick_slow(leaves)))
-            if ids == h.ids and h.values is not None:
-                if tuple(map(leaf_key, fast(leaves))) == fast_keys:
-                    h.seen, h.streak = ids, 0
-                    return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
-            # new slow arrays, changing on every call: jax.jit's program (any shapes; under a trace
-            # the full path below traces the hoisted program through instead)
-            elif not compat.traced(h.pick_slow(leaves)) and h.wants_direct(ids):
-                return self._run_direct(entry, args, kwargs)
+            ids = tuple(map(id, h.pick_slow(leaves)))  # new ones: the full path (hoist.run_proven)
+            if ids == h.ids and h.values is not None and tuple(map(leaf_key, fast(leaves))) == fast_keys:
+                h.seen, h.streak = ids, 0
+                return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
         key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)
         entry = self._cache.get(key)
         if entry is None:
@@ -219,6 +215,8 @@ class Optimized(Stages):
         hoisted = isinstance(entry.call, HoistedCall)
         if entry.proven:
             out = hoist.run_proven(self, entry, key, args, kwargs, leaves) if hoisted else entry.call(*leaves)
+            if out is hoist.DIRECT:
+                return self._run_direct(entry, args, kwargs)
         else:  # the first call compiles the built program: a failure there falls back too
             try:
                 first = first_call(self, entry, key, args, kwargs, leaves) if hoisted else MISS
@@ -419,6 +417,8 @@ class Optimized(Stages):
         self._undonated = None
         self._unbuilt.clear()
         self._hot.clear()
+        for cache in [c for _, group in self._prologues.values() for c in group]:
+            cache.clear()  # merged weights go now, not when the arrays die
         self._prologues.clear()
         self._set_hot_path(None, off=False)
         self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
@@ -514,7 +514,7 @@ class Optimized(Stages):
         t_schedule = time.perf_counter()  # auto's timing of candidate schedules: a phase of its own
         if hoisted is not None:  # the main program stays a plain jit behind the identity check
             mode, why = choice.for_hoisted(self.schedule, hoisted, leaves, self.schedule_memory_slack)
-            call = HoistedCall(hoisted, donate, mode, hoist.shared_prologue(self._prologues, hoisted, leaves))
+            call = HoistedCall(hoisted, donate, mode, shared_prologue(self._prologues, hoisted, leaves))
             report.schedule = f"{mode}: {why}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
         else:

@@ -1,9 +1,6 @@
-"""The hoisted call path (`optimize(hoist_argnums=...)`): prologue values cached by the identity
-of the slow arrays, and when the slow arrays change on every call, jax.jit's own program.
-
-jax arrays are immutable, so the identity (`id`) of every slow leaf is a sound cache key as long
-as the leaf is alive: only weak references and finalizers point at cached leaves, and a finalizer
-drops the cache when one dies, so a new array that recycles an old id is never mistaken for it.
+"""The hoisted call path (`optimize(hoist_argnums=...)`): the main program run on prologue values
+cached by the identity of the slow arrays (`prologue.PrologueValues`), the quick path of cached
+calls (`HotPath`), and, when the slow arrays change on every call, jax.jit's own program.
 """
 
 from __future__ import annotations
@@ -15,20 +12,19 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.extend
 
 from . import compat
 from .options import param_names
+from .prologue import PrologueValues
 from .schedule.xla_modes import is_nested_options_error, tuned_jit, without_frame
 from .signature import leaf_key, leaf_owners  # the signature key optimize uses
 
 __all__ = [
     "HoistedCall",
-    "PrologueValues",
-    "shared_prologue",
     "HotPath",
     "NotHot",
     "MISS",
+    "DIRECT",
     "HANDOFF_AFTER",
     "picker",
     "bind",
@@ -46,94 +42,6 @@ def picker(idx: tuple[int, ...]) -> Any:
         return lambda xs: ()
     get = operator.itemgetter(*idx)
     return get if len(idx) > 1 else (lambda xs: (get(xs),))
-
-
-class PrologueValues:
-    """One signature's prologue values for one set of slow arrays, cached by the arrays' identity.
-    Signatures whose prologue is one program (`shared_prologue`: batch sizes or cache lengths that
-    differ while the parameters do not) share its jit and take each other's values for the same
-    arrays (`group`): one set of merged weights, computed once and kept once. Each keeps a slot
-    of its own, so signatures called on different parameter sets do not evict each other."""
-
-    def __init__(self, prologue: Callable[..., list[Any]], group: list[PrologueValues] | None = None):
-        self.prologue = prologue
-        self.group = [] if group is None else group  # every cache of this prologue program
-        self.group.append(self)
-        self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
-        self.values: list[Any] | None = None
-        self.finalizers: list[weakref.finalize] = []  # clear the cache when a leaf of `ids` dies
-        self.runs = 0  # prologue runs
-        self.fills = 0  # times values were cached: run here or taken from another signature
-
-    def _invalidate(self) -> None:
-        self.ids = None
-        self.values = None
-
-    def held_elsewhere(self, ids: tuple[int, ...]) -> list[Any] | None:
-        """The values another signature of this prologue holds for the arrays `ids`, if any."""
-        for other in self.group:
-            if other is not self and other.values is not None and other.ids == ids:
-                return other.values
-        return None
-
-    def values_for(self, slow: list[Any]) -> list[Any]:
-        """The values for the concrete slow leaves `slow`: the cached ones if they belong to these
-        leaves, else another signature's for them, else computed (and cached where every leaf is
-        a jax array)."""
-        ids = tuple(map(id, slow))
-        values = self.values
-        if values is None or ids != self.ids:
-            values = self.held_elsewhere(ids)
-            if values is None:
-                values = self.prologue(*slow)
-                self.runs += 1
-                if not all(isinstance(x, jax.Array) for x in slow):
-                    # a NumPy array passed where the signature was built on jax arrays (one key
-                    # for both): it can change in place under the same id, so it is not kept
-                    return values
-            for f in self.finalizers:  # the old leaves' deaths must not clear these values
-                f.detach()
-            self.ids, self.values = ids, values
-            self.fills += 1
-            self.finalizers = [weakref.finalize(x, self._invalidate) for x in slow]
-        return values
-
-
-def shared_prologue(registry: dict, hoisted: Any, leaves: list) -> PrologueValues:
-    """A value cache for `hoisted.prologue` on these slow leaves, in the group `registry` (an
-    Optimized's, per instance) keeps for the signatures whose prologue traces to the same
-    program on the same kinds of leaves with the same constant arrays; a group of its own where
-    that cannot be told (a constant that is a tracer, a prologue that does not trace)."""
-    prologue = jax.jit(hoisted.prologue)
-    try:
-        slow = [leaves[i] for i in hoisted.slow]
-        keys = tuple(map(leaf_key, slow))
-        specs = [jax.ShapeDtypeStruct(k[0], k[1], weak_type=k[2]) for k in keys]
-        closed = jax.make_jaxpr(hoisted.prologue)(*specs)  # not the jit: its constants are inside
-        constants = _constants(closed)
-        if any(map(compat.is_tracer, constants)):  # an outer trace's: its id outlives it
-            return PrologueValues(prologue)
-        key = (keys, str(closed), tuple(map(id, constants)))
-    except Exception:  # noqa: BLE001 - a cache of its own: only sharing is lost
-        return PrologueValues(prologue)
-    jitted, group = registry.setdefault(key, (prologue, []))
-    return PrologueValues(jitted, group)
-
-
-def _constants(closed: Any) -> list[Any]:
-    """The constant arrays of a closed jaxpr and of every closed jaxpr in its equations' params
-    (a printed jaxpr names them, without their values)."""
-    found, todo = list(closed.consts), [closed.jaxpr]
-    while todo:
-        for eqn in todo.pop().eqns:
-            for v in eqn.params.values():
-                for item in v if isinstance(v, tuple | list) else (v,):
-                    if isinstance(item, jax.extend.core.ClosedJaxpr):
-                        found += item.consts
-                        todo.append(item.jaxpr)
-                    elif isinstance(item, jax.extend.core.Jaxpr):
-                        todo.append(item)
-    return found
 
 
 class HoistedCall:
@@ -213,6 +121,7 @@ class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
 
 
 MISS = object()  # HotPath could not take the call: the full call path does
+DIRECT = object()  # run_proven: jax.jit's program runs this call (Optimized._run_direct)
 
 # After this many calls in a row with new slow arrays (a training loop calling the function
 # outside jit), the signature runs jax.jit's program through jax's C++ dispatch (Optimized's
@@ -437,9 +346,8 @@ class HotPath:
             slow, tree = jax.tree_util.tree_flatten(hoisted)
             ids = tuple(map(id, slow))
             if not (cached and ids == self.ids and tree == lay.tree):
-                # new slow arrays, changing on every call: jax.jit's program (see HoistedCall)
-                if slow and not compat.traced(slow) and h.wants_direct(ids):
-                    return opt._run_direct(self.entry, args, kwargs)
+                # new slow arrays: the full call path finds the call's own signature, whose
+                # policy decides (`run_proven`; the other arguments may be another signature's)
                 return MISS
             passed = lay.pick_passed(slow)
         h.seen, h.streak = self.ids, 0
@@ -543,12 +451,17 @@ def first_call(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
 
 def run_proven(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leaves: list) -> Any:
     """The flat outputs of a hoisted signature's later call on the full call path (new slow
-    arrays to be hoisted, or another signature turned the quick path off: batch sizes
-    alternating): through the signature's HotPath, refreshed for the values, whose jit its first
-    call compiled (the plain run's jit would be a second compilation of the main program);
-    else the plain run."""
+    arrays, or another signature turned the quick path off: batch sizes alternating), or
+    DIRECT where the signature's policy runs jax.jit's program for new arrays
+    (`HoistedCall.wants_direct`). Through the signature's HotPath, refreshed for the values,
+    whose jit its first call compiled (the plain run's jit would be a second compilation of the
+    main program); else the plain run."""
     hot, h = entry.hot, entry.call
     slow = list(h.pick_slow(leaves))
+    if not compat.traced(slow):  # new slow arrays, changing on every call: jax.jit's program
+        ids = tuple(map(id, slow))
+        if (ids != h.ids or h.values is None) and h.wants_direct(ids):
+            return DIRECT
     if hot is None or opt.verify or not _concrete(slow):
         return h(*leaves)
     h.values_for(slow)
