@@ -31,7 +31,7 @@ from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, Limits, RewriteReport, rewrite_jaxpr
 from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
-from .signature import Entry, as_written, leaf_key, leaf_keys, leaf_owners, spec, static_key, trace_config
+from .signature import Entry, as_written, leaf_keys, leaf_owners, spec, static_key, trace_config
 from .stages import Stages
 from .tolerance import check_outputs, relative_error, tolerance
 
@@ -188,12 +188,12 @@ class Optimized(Stages):
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         hot = self._hot.get((in_tree, statics)) if self._hot else None
         if hot is not None:  # hoisting, this structure seen before: are the slow arrays cached?
-            entry, fast, fast_keys = hot
-            h = entry.call
-            ids = tuple(map(id, h.pick_slow(leaves)))  # new ones: the full path (hoist.run_proven)
-            if ids == h.ids and h.values is not None and tuple(map(leaf_key, fast(leaves))) == fast_keys:
-                h.seen, h.streak = ids, 0
-                return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
+            keyed = lambda: (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)  # noqa: E731
+            out = hoist.structure_hit(self, hot, leaves, keyed)
+            if out is hoist.DIRECT:
+                return self._run_direct(hot[0], args, kwargs)
+            if out is not MISS:
+                return out
         key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)
         entry = self._cache.get(key)
         if entry is None:

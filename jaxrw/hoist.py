@@ -458,7 +458,7 @@ def run_proven(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
     main program); else the plain run."""
     hot, h = entry.hot, entry.call
     slow = list(h.pick_slow(leaves))
-    if not compat.traced(slow):  # new slow arrays, changing on every call: jax.jit's program
+    if not opt.verify and not compat.traced(slow):  # new slow arrays, changing on every call
         ids = tuple(map(id, slow))
         if (ids != h.ids or h.values is None) and h.wants_direct(ids):
             return DIRECT
@@ -474,6 +474,26 @@ def run_proven(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
         if out is not MISS:
             return jax.tree_util.tree_leaves(out)
     return h(*leaves)
+
+
+def structure_hit(opt: Any, hot: tuple, leaves: list, key: Callable[[], tuple]) -> Any:
+    """A call whose pytree structure and statics a hoisted signature was last called with
+    (`Optimized._hot`: that signature, its fast leaves' picker and keys): its result where the
+    shapes are its own and its slow arrays are cached; DIRECT where the arrays are new and its
+    policy sends the call to jax.jit's program (for the call's shapes when they are that
+    signature's, or when no signature is built for them yet, `key()`: new parameters with
+    new shapes on every call then build nothing); else MISS, for the full call path."""
+    entry, fast, fast_keys = hot
+    h = entry.call
+    slow = h.pick_slow(leaves)
+    ids = tuple(map(id, slow))
+    same = tuple(map(leaf_key, fast(leaves))) == fast_keys
+    if same and ids == h.ids and h.values is not None:
+        h.seen, h.streak = ids, 0
+        return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
+    if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
+        return MISS  # cached arrays at other shapes, a trace, or another built signature's call
+    return DIRECT if h.wants_direct(ids) else MISS
 
 
 def hoisted_as_passed(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[str, ...]]:

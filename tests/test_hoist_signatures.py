@@ -208,3 +208,26 @@ def test_clear_cache_and_dropping_the_function_free_the_merged_weights():
         gc.collect()
         assert all(r() is None for r in kept), drop
     np.testing.assert_allclose(jaxrw.optimize(f, hoist_argnums=0)(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+
+
+def test_new_parameters_at_new_shapes_on_every_call_build_nothing_more():
+    # a growing sequence with new parameters on each call: jax.jit's program runs the calls
+    # whose shapes have no signature yet (building one per call cost 31 optimizations, a review)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    for n in range(2, 12):
+        p, x = _params(400 + n), _x(500 + n, n=n)
+        np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+    assert len(opt._cache) <= 2
+
+
+def test_verify_checks_every_call_with_new_parameters():
+    # verify=True compares every concrete call with jax.jit's: no call is handed to jax.jit's
+    # program instead (the policy does not apply under verify)
+    opt = jaxrw.optimize(f, hoist_argnums=0, verify=True)
+    x = _x(77)
+    for i in range(HANDOFF_AFTER + 2):
+        p = _params(600 + i)
+        np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+    ((entry),) = opt._cache.values()
+    assert not entry.handed_off and entry.call.direct_runs == 0
+    assert entry.call.prologue_runs == HANDOFF_AFTER + 2
