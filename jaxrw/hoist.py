@@ -213,6 +213,16 @@ class _Layout:
 _SLOT = object()  # a hoisted leaf inside the main program's jit that is not passed to it
 
 
+def _fast_signature(fast: tuple[tuple, dict]) -> tuple | None:
+    """The pytree structure and leaf kinds of a call's arguments besides the hoisted ones (None
+    where one is no array or scalar: a static value)."""
+    leaves, tree = jax.tree_util.tree_flatten(fast)
+    try:
+        return tree, tuple(map(leaf_key, leaves))
+    except Exception:  # noqa: BLE001 - e.g. a static string: not told apart here
+        return None
+
+
 def _spelled(key: tuple) -> str:
     """A leaf_key as jax spells an array type (float32[3,8]), with its weak type and sharding."""
     weak = " weakly typed" if key[2] else ""
@@ -309,6 +319,7 @@ class HotPath:
         # checked without building the list of hoisted arguments: `call_class`)
         self.same_lead: Callable[[Any], bool] | None = None
         self.passed: list[weakref.ref] = []  # the hoisted leaves the main program reads
+        self.own = _fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
         """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
@@ -346,9 +357,11 @@ class HotPath:
             slow, tree = jax.tree_util.tree_flatten(hoisted)
             ids = tuple(map(id, slow))
             if not (cached and ids == self.ids and tree == lay.tree):
-                # new slow arrays: the full call path finds the call's own signature, whose
-                # policy decides (`run_proven`; the other arguments may be another signature's)
-                return MISS
+                # new slow arrays: this signature's policy decides where the other arguments are
+                # its own, else the call's signature on the full path (`structure_hit`)
+                own = self.own is not None and slow and not compat.traced(slow)
+                own = own and _fast_signature(lay.fast(args, kwargs)) == self.own
+                return opt._run_direct(self.entry, args, kwargs) if own and h.wants_direct(ids) else MISS
             passed = lay.pick_passed(slow)
         h.seen, h.streak = self.ids, 0
         fast, fast_kw = lay.fast(args, kwargs)
