@@ -1,0 +1,153 @@
+"""Hoisted calls with several signatures of one function, against jax.jit, on this machine's CPU.
+
+The patterns the thirty-second session's reviews measured (docs/reliability.md): each is a loop
+of calls that mixes parameter sets and batch sizes, timed per call (block_until_ready), jaxrw and
+jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time over jax.jit's
+(below 1: jaxrw is faster).
+
+- two_sets: live and averaged weights, each reused at its own batch size, two calls at a time.
+- train_eval: a training loop whose new parameters are called at a training and an evaluation
+  batch size each step (new on every step: both signatures should go to jax.jit's program).
+- alternating_64: two parameter sets of 64 leaves in turn at one batch size; the second set's
+  calls timed (it never stays cached: jax.jit's program behind the hoisted call's Python).
+
+    python bench/hoist_signatures_cpu.py [--repeats 7] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrw import optimize
+
+
+def _chain(pairs: int):
+    def f(p, x):
+        for i in range(pairs):
+            x = jnp.tanh(x @ (p[f"A{i}"] @ p[f"B{i}"]))
+        return x
+
+    return f
+
+
+def _params(seed: int, pairs: int, d: int) -> dict:
+    r = np.random.default_rng(seed)
+    return {
+        f"{k}{i}": jnp.asarray(r.standard_normal((d, d)).astype(np.float32) / np.sqrt(d))
+        for i in range(pairs)
+        for k in "AB"
+    }
+
+
+def _time(calls) -> float:
+    """Seconds per call of the list of thunks, each blocked on."""
+    t0 = time.perf_counter()
+    for c in calls:
+        jax.block_until_ready(c())
+    return (time.perf_counter() - t0) / len(calls)
+
+
+def _data(name: str) -> dict:
+    """The arrays of pattern `name`: made once for the reused sets, new for each call of it in
+    train_eval (new parameters on every step)."""
+    if name == "two_sets":
+        return {
+            "sets": (_params(0, 1, 512), _params(1, 1, 512)),
+            "x": (jnp.ones((4, 512)), jnp.ones((9, 512))),
+        }
+    if name == "train_eval":
+        return {
+            "sets": [_params(10 + k, 2, 512) for k in range(20)],
+            "x": (jnp.ones((4, 512)), jnp.ones((9, 512))),
+        }
+    return {"sets": (_params(100, 32, 8), _params(101, 32, 8)), "x": (jnp.ones((2, 8)),)}
+
+
+def _pattern(name: str, fn, data: dict) -> tuple[list, list]:
+    """The calls of one repeat of pattern `name` with callable `fn`, and those of them timed."""
+    sets, xs = data["sets"], data["x"]
+    if name == "two_sets":
+        calls = [lambda p=p, x=x: fn(p, x) for p, x in zip(sets, xs, strict=True) for _ in range(2)] * 10
+        return calls, calls
+    if name == "train_eval":
+        calls = [lambda p=p, x=x: fn(p, x) for p in sets for x in xs]
+        return calls, calls
+    calls = [lambda p=p: fn(p, xs[0]) for p in sets] * 20
+    return calls, calls[1::2]
+
+
+PATTERNS = {"two_sets": 1, "train_eval": 2, "alternating_64": 32}  # name: weight pairs of f
+
+
+def measure(name: str, repeats: int) -> dict:
+    f = _chain(PATTERNS[name])
+    opt, ref = optimize(f, hoist_argnums=0), jax.jit(f)
+    per: dict[str, list[float]] = {"jaxrw": [], "jax.jit": []}
+    data = _data(name)
+    for _ in range(2):  # warm-up: builds, compilations, the policy's first decisions
+        for fn in (opt, ref):
+            for c in _pattern(name, fn, data if name != "train_eval" else _data(name))[0]:
+                jax.block_until_ready(c())
+    for _ in range(repeats):
+        for label, fn in (("jaxrw", opt), ("jax.jit", ref)):
+            calls, timed = _pattern(name, fn, data if name != "train_eval" else _data(name))
+            if timed is calls:
+                per[label].append(_time(calls) * 1e6)
+            else:  # the other calls run between, untimed
+                ts = []
+                for c, t in zip(calls[0::2], timed, strict=True):
+                    jax.block_until_ready(c())
+                    ts.append(_time([t]))
+                per[label].append(statistics.median(ts) * 1e6)
+    med = {k: statistics.median(v) for k, v in per.items()}
+    entries = list(opt._cache.values())
+    return {
+        "pattern": name,
+        "us_per_call": med,
+        "ratio": med["jaxrw"] / med["jax.jit"],
+        "repeats_us": per,
+        "signatures": len(entries),
+        "prologue_runs": sum(e.call.prologue_runs for e in entries),
+        "handed_off": [e.handed_off for e in entries],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pattern", nargs="+", choices=sorted(PATTERNS), default=list(PATTERNS))
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--json", help="write the rows here")
+    a = ap.parse_args()
+    rows = [measure(name, a.repeats) for name in a.pattern]
+    head = f"{'pattern':16s} {'jaxrw us':>9s} {'jax.jit us':>10s} {'ratio':>6s}"
+    print(head + "  signatures, prologue runs, handed off")
+    for r in rows:
+        u = r["us_per_call"]
+        print(
+            f"{r['pattern']:16s} {u['jaxrw']:9.0f} {u['jax.jit']:10.0f} {r['ratio']:6.2f}  "
+            f"{r['signatures']}, {r['prologue_runs']}, {r['handed_off']}"
+        )
+    if a.json:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        env = {
+            "machine": platform.processor() or platform.machine(),
+            "jax": jax.__version__,
+            "commit": commit,
+        }
+        with open(a.json, "w") as fh:
+            json.dump({"env": env, "rows": rows}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
