@@ -54,7 +54,7 @@ class HoistedCall:
     concatenation per call there, so the rewritten program would be slower than jax.jit.
     Slow leaves that are tracers (jit/grad/vmap with respect to the parameters) run the prologue
     as ordinary traced computation and are never cached. The cached values live in `cache`
-    (PrologueValues), which signatures with the same prologue share."""
+    (PrologueValues: this signature's slot, grouped with those of the same prologue program)."""
 
     def __init__(self, hoisted: Any, donate: tuple[int, ...], mode: str = "xla", cache: Any = None):
         self.mode = mode  # XLA's schedule for the main program's top-level calls (schedule.xla_modes)
