@@ -228,6 +228,6 @@ def test_verify_checks_every_call_with_new_parameters():
     for i in range(HANDOFF_AFTER + 2):
         p = _params(600 + i)
         np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
-    ((entry),) = opt._cache.values()
+    (entry,) = opt._cache.values()
     assert not entry.handed_off and entry.call.direct_runs == 0
     assert entry.call.prologue_runs == HANDOFF_AFTER + 2
