@@ -92,14 +92,18 @@ def measure(name: str, repeats: int) -> dict:
     f = _chain(PATTERNS[name])
     opt, ref = optimize(f, hoist_argnums=0), jax.jit(f)
     per: dict[str, list[float]] = {"jaxrw": [], "jax.jit": []}
-    data = _data(name)
+    kept = _data(name)
+
+    def data() -> dict:  # train_eval's parameters are new on every pass, the others reused
+        return _data(name) if name == "train_eval" else kept
+
     for _ in range(2):  # warm-up: builds, compilations, the policy's first decisions
         for fn in (opt, ref):
-            for c in _pattern(name, fn, data if name != "train_eval" else _data(name))[0]:
+            for c in _pattern(name, fn, data())[0]:
                 jax.block_until_ready(c())
     for _ in range(repeats):
         for label, fn in (("jaxrw", opt), ("jax.jit", ref)):
-            calls, timed = _pattern(name, fn, data if name != "train_eval" else _data(name))
+            calls, timed = _pattern(name, fn, data())
             if timed is calls:
                 per[label].append(_time(calls) * 1e6)
             else:  # the other calls run between, untimed
