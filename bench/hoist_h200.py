@@ -8,11 +8,11 @@ with no Python frame (`_slot`, as optimize() calls a kept program: state "jit").
 not hoisted also jax.jit(fn) through optimize's `_jitted` and through one Python frame. For hoisting
 cases also jaxrw with new parameters on every call (three sets in turn, on an instance first
 called with other weights, as a training loop), jaxrw's direct jax.jit for the latter, and the
-bound function, called directly and through one Python frame, and the hot path with its jit
-replaced by a no-op (its Python alone). `issue_us` is the host time per
-call with nothing waited for (while the device queue has room), `total_us` the time per call
-including the wait at the end: a variant whose issue time is close to its total time is bound by
-the host (Python and dispatch), not the GPU.
+bound function, called directly and through one Python frame, the hot path with its jit
+replaced by a no-op (its Python alone), and its jit called with no check before it. `issue_us`
+is the host time per call with nothing waited for (while the device queue has room),
+`total_us` the time per call including the wait at the end: a variant whose issue time is close
+to its total time is bound by the host (Python and dispatch), not the GPU.
 """
 
 from __future__ import annotations
@@ -94,6 +94,12 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
         }
     if rw._hot_path is not None:  # the hot path's Python alone: its jit replaced by a no-op
         variants["jaxrw hot path, no dispatch"] = (_without_dispatch(rw), [base])
+        # its jit with no check before it, through one Python frame as "python frame + bind": tells
+        # the jit's own dispatch from the Python in front of it
+        hot = rw._hot_path
+        hoisted = jax.tree_util.tree_leaves(hot.layout.hoisted_args(base, {}))
+        passed, values = hot.layout.pick_passed(hoisted), hot.h.values
+        variants["python frame + hot jit"] = (lambda *a: hot.call(values, passed, *a), [base[1:]])
     for fn, sets in variants.values():  # compile and warm
         _time(fn, sets, 10)
     samples: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
@@ -117,6 +123,7 @@ def run_case(name: str, calls: int, repeats: int, dtype: str = "float32") -> dic
         "counters": counters,
         "hot_path": rw._hot_path is not None,
         "fast_state": rw._fast_state,
+        "class_call": bool(getattr(type(rw), "_call_class", False)),  # the one-frame hot call
         "dtype": dtype,
         "schedule": rw.report(*base).schedule,
     }
