@@ -1,6 +1,6 @@
 """Prologue values of hoisted signatures (`optimize(hoist_argnums=...)`): the work that depends only
 on the slow (hoisted) arrays, cached by the arrays' identity, and shared between the signatures
-whose prologue is one program.
+whose prologue is one program; and the policy of when the prologue runs (`HoistedCall`).
 
 jax arrays are immutable, so the identity (`id`) of every slow leaf is a sound cache key as long
 as the leaf is alive: only weak references and finalizers point at cached leaves, and a finalizer
@@ -9,6 +9,7 @@ drops the values when one dies, so a new array that recycles an old id is never 
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +18,96 @@ import jax
 import jax.extend
 
 from . import compat
+from .schedule.xla_modes import tuned_jit
 from .signature import leaf_key
 
-__all__ = ["PrologueValues", "shared_prologue"]
+__all__ = ["HANDOFF_AFTER", "HoistedCall", "PrologueValues", "picker", "shared_prologue"]
+
+
+# After this many calls in a row with new slow arrays (a training loop calling the function
+# outside jit), the signature runs jax.jit's program through jax's C++ dispatch (Optimized's
+# fast path): any Python per call costs 20-35 us on the H200 host measured (bench/HISTORY.md)
+HANDOFF_AFTER = 16
+
+
+def picker(idx: tuple[int, ...]) -> Any:
+    """A fast `lambda xs: tuple(xs[i] for i in idx)` (the hoisted hot path runs it per call)."""
+    if not idx:
+        return lambda xs: ()
+    get = operator.itemgetter(*idx)
+    return get if len(idx) > 1 else (lambda xs: (get(xs),))
+
+
+class HoistedCall:
+    """Runs the prologue only when the slow arrays change, then the main program.
+
+    Policy on new slow arrays: the prologue runs the first time the signature is called and
+    whenever the same new arrays come twice in a row (they are being reused: evaluation, decode
+    loops). Arrays that differ from the previous call's (a training loop, where parameters change
+    on every step) go to jax.jit's program instead (`wants_direct`): merged weights would cost a
+    concatenation per call there, so the rewritten program would be slower than jax.jit.
+    Slow leaves that are tracers (jit/grad/vmap with respect to the parameters) run the prologue
+    as ordinary traced computation and are never cached. The cached values live in `cache`
+    (PrologueValues: this signature's slot, grouped with those of the same prologue program)."""
+
+    def __init__(self, hoisted: Any, donate: tuple[int, ...], mode: str = "xla", cache: Any = None):
+        self.mode = mode  # XLA's schedule for the main program's top-level calls (schedule.xla_modes)
+        self.slow = hoisted.slow
+        self.nbytes = hoisted.nbytes
+        self.used = hoisted.main_args
+        self.pick_slow = picker(self.slow)
+        self._pick_used = picker(self.used)
+        self.cache: PrologueValues = cache or PrologueValues(jax.jit(hoisted.prologue))
+        self.prologue = self.cache.prologue
+        donate_used = tuple(k for k, i in enumerate(self.used) if i in donate)
+        self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)  # nestable in a trace
+        self.main_top = tuned_jit(hoisted.main_used, mode, self.main, donate_argnums=donate_used)
+        self.seen: tuple[int, ...] | None = None  # slow leaf ids of the previous call
+        self.direct_runs = 0
+        self.streak = 0  # direct runs in a row (HANDOFF_AFTER of them hand the signature to jax.jit)
+
+    # the cache's state, read where one signature's view of it is meant
+    ids = property(lambda self: self.cache.ids)
+    values = property(lambda self: self.cache.values)
+    prologue_runs = property(lambda self: self.cache.runs)
+
+    def run(self, leaves: list[Any] | tuple[Any, ...], values: list[Any], nested: bool = False) -> Any:
+        """The main program; `nested`: inside another jit's trace (no compiler options there)."""
+        return (self.main if nested else self.main_top)(*self._pick_used(leaves), *values)
+
+    def wants_direct(self, ids: tuple[int, ...]) -> bool:
+        """For a call whose slow arrays are not the cached ones: True when jax.jit's program
+        should run (the arrays differ from the previous call's too), False when the prologue
+        should (first call, or the same new arrays twice in a row) or another signature of the
+        same prologue holds values for them."""
+        seen, self.seen = self.seen, ids
+        if self.cache.held_elsewhere(ids) is not None:  # another signature's values: no prologue run
+            self.streak = 0
+            return False
+        direct = self.cache.fills > 0 and ids != seen
+        self.direct_runs += direct
+        # in a row: every call on the cached arrays resets the streak (here, HotPath and
+        # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
+        self.streak = (1 if seen == self.ids else self.streak + 1) if direct else 0
+        return direct
+
+    @property
+    def handoff_due(self) -> bool:
+        """The slow arrays changed on HANDOFF_AFTER calls in a row: they are not slow here."""
+        return self.streak >= HANDOFF_AFTER
+
+    def __call__(self, *leaves: Any) -> Any:
+        slow = list(self.pick_slow(leaves))
+        if compat.traced(slow):
+            # in a trace the prologue's values are tracers: traced through, never cached
+            return self.run(leaves, self.prologue(*slow), nested=True)
+        return self.run(leaves, self.values_for(slow))
+
+    def values_for(self, slow: list[Any]) -> list[Any]:
+        """The prologue's values for the concrete slow leaves `slow` (`PrologueValues.values_for`);
+        a call on them starts a run of calls on new arrays again."""
+        self.seen, self.streak = tuple(map(id, slow)), 0
+        return self.cache.values_for(slow)
 
 
 class PrologueValues:
