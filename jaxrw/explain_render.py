@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExplanationViews", "dot_available", "fmt_cost", "fmt_bytes", "speedup_text"]
+__all__ = ["ExplanationViews", "dot_available", "fmt_cost", "fmt_bytes", "hoisted_sets_text", "speedup_text"]
 
 # Fill colors of graph nodes by kind (original program: kept/rewritten/removed; optimized: kept/new).
 COLORS = {
@@ -48,6 +48,11 @@ def fmt_cost(x: float | None, model: str = "roofline") -> str:
         if abs(x) >= scale or unit == "ns":
             return f"{x / scale:.3g} {unit}"
     return f"{x:.3g}"
+
+
+def hoisted_sets_text(sets: int) -> str:
+    """What a report's hoisted row adds where two parameter sets in turn may each keep values."""
+    return " (twice that for two parameter sets in turn)" if sets > 1 else ""
 
 
 def fmt_bytes(n: int) -> str:
@@ -98,7 +103,8 @@ class ExplanationViews:
                     (
                         "hoisted",
                         f"{fmt_bytes(rep['hoisted_bytes'])} of parameter-only work kept "
-                        "between calls (priced as free: the unchanged row's gain)",
+                        "between calls (priced as free: the unchanged row's gain)"
+                        + hoisted_sets_text(rep.get("hoisted_sets", 0)),
                     )
                 )
             rows += [(label, rep[key]) for label, key in NOTE_ROWS if rep.get(key)]

@@ -235,16 +235,44 @@ class HotPath:
         self.same_lead: Callable[[Any], bool] | None = None
         self.passed: list[weakref.ref] = []  # the hoisted leaves the main program reads
         self.own = _fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
+        # the same for the arrays of the second slot (HoistedCall.spare): its `ids` then (the token),
+        # same_hoisted, same_lead, passed, and the ids of the hoisted leaves
+        self.spare: tuple | None = None
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
         """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
+        self.ids, self.same_hoisted, self.same_lead, self.passed = self._checks(args, kwargs)
+        self.h_ids = self.h.ids
+
+    def refresh_spare(self, args: tuple, kwargs: dict) -> None:
+        """Now in the second slot (HoistedCall.spare): the checks of these arguments' arrays, tried
+        after the first slot's."""
+        ids, same_hoisted, same_lead, passed = self._checks(args, kwargs)
+        spare = self.h.spare
+        self.spare = (spare.ids, same_hoisted, same_lead, passed, ids) if ids is not None else None
+
+    def from_spare(self, arg: Any, lead: bool) -> tuple[list, tuple] | None:
+        """The second slot's values and the leaves the main program reads, where `arg` holds that
+        slot's arrays (the first argument when `lead`, else the hoisted arguments); else None."""
+        slot, spare = self.spare, self.h.spare
+        if slot is None or spare is None or spare.ids is not slot[0] or spare.values is None:
+            return None  # none, or refilled or cleared since (an array died)
+        check = slot[2] if lead else slot[1]
+        if check is None or not check(arg):
+            return None
+        self.h.seen, self.h.streak = slot[0], 0
+        return spare.values, tuple(map(operator.call, slot[3]))  # alive: `arg` holds them
+
+    def _checks(self, args: tuple, kwargs: dict) -> tuple:
+        """For the values of these arguments' hoisted leaves: their ids (None where the layout does
+        not apply), the identity checks of the hoisted arguments and of the first one alone, and
+        weak references to the leaves the main program reads."""
         hoisted = self.layout.hoisted_args(args, kwargs)
         leaves, tree = jax.tree_util.tree_flatten(hoisted)
         # the values belong to these leaves only if none is a tracer (under a trace the prologue
         # reruns inside it and the values cached stay those of concrete arrays)
         usable = self.layout.ok and tree == self.layout.tree and not any(map(compat.is_tracer, leaves))
-        self.ids = tuple(map(id, leaves)) if usable else None
-        self.h_ids = self.h.ids
+        ids = tuple(map(id, leaves)) if usable else None
         # weak references stand in for the leaves the main program reads only where each is a slow
         # leaf, whose death clears the cache (`h.ids`); one that was no jax array when the
         # signature was built is not, and a new array could take its id after it died: those
@@ -252,10 +280,11 @@ class HotPath:
         slow = set(self.h.slow)
         weak_ok = all(self.layout.full_index[j] in slow for j in self.layout.passed)
         snap = snapshot(hoisted) if usable and weak_ok else None  # None unless all are jax arrays
-        self.same_hoisted = checker(snap) if snap is not None else None
-        self.passed = [weakref.ref(leaves[j]) for j in self.layout.passed] if snap is not None else []
+        same_hoisted = checker(snap) if snap is not None else None
+        passed = [weakref.ref(leaves[j]) for j in self.layout.passed] if snap is not None else []
         one = snap is not None and self.layout.prefix == 1
-        self.same_lead = checker(snapshot(hoisted[0])) if one else None  # not None: inside `snap`
+        same_lead = checker(snapshot(hoisted[0])) if one else None  # not None: inside `snap`
+        return ids, same_hoisted, same_lead, passed
 
     def __call__(self, opt: Any, args: tuple, kwargs: dict) -> Any:
         """The result, or MISS; NotHot when the jit meets another signature. The usual layout's
@@ -265,22 +294,31 @@ class HotPath:
             return MISS
         hoisted = lay.hoisted_args(args, kwargs)
         cached = h.ids is self.h_ids and h.values is not None
+        values = h.values
         if cached and self.same_hoisted is not None and self.same_hoisted(hoisted):
             # the same objects as at refresh: no flattening (a dict's flatten sorts its keys)
             passed = tuple(map(operator.call, self.passed))  # alive: `hoisted` holds them
+            h.seen, h.streak = self.ids, 0
+        elif (got := self.from_spare(hoisted, lead=False)) is not None:
+            values, passed = got
         else:
             slow, tree = jax.tree_util.tree_flatten(hoisted)
             ids = tuple(map(id, slow))
-            if not (cached and ids == self.ids and tree == lay.tree):
+            slot = self.spare  # the second slot's arrays, in other containers?
+            in_spare = slot is not None and ids == slot[4] and tree == lay.tree
+            in_spare = in_spare and h.spare is not None and h.spare.ids is slot[0]
+            if in_spare:
+                values = h.spare.values
+            elif not (cached and ids == self.ids and tree == lay.tree):
                 # new slow arrays: this signature's policy decides where the other arguments are
                 # its own, else the call's signature on the full path (`structure_hit`)
                 own = self.own is not None and slow and not compat.traced(slow)
                 own = own and _fast_signature(lay.fast(args, kwargs)) == self.own
                 return opt._run_direct(self.entry, args, kwargs) if own and h.wants_direct(ids) else MISS
             passed = lay.pick_passed(slow)
-        h.seen, h.streak = self.ids, 0
+            h.seen, h.streak = (slot[0] if in_spare else self.ids), 0
         fast, fast_kw = lay.fast(args, kwargs)
-        return self._run(h.values, passed, fast, fast_kw)
+        return self._run(values, passed, fast, fast_kw)
 
     def _run(self, values: list, passed: tuple, fast: tuple, fast_kw: dict) -> Any:
         """The main program's jit on the cached values and the call's other arguments."""
@@ -306,7 +344,7 @@ class HotPath:
         if same_lead is None or token is None:
             return None
         refs, get = tuple(self.passed), operator.call
-        slow_call, donating, config = base.__call__, self.donates, jax.config
+        slow_call, donating, config, from_spare = base.__call__, self.donates, jax.config, self.from_spare
 
         def hot_call(opt: Any, /, *args: Any, **kwargs: Any) -> Any:
             # the slow arrays are still the cached ones (cache.ids is replaced or cleared otherwise) and
@@ -316,15 +354,17 @@ class HotPath:
                 return slow_call(opt, *args, **kwargs)
             if args and cache.ids is token and same_lead(args[0]):
                 h.seen, h.streak = token, 0  # a cached call: a run of new arrays starts again
-                passed = tuple(map(get, refs)) if refs else ()
-                try:
-                    return call(cache.values, passed, *args[1:], **kwargs)
-                except ValueError as e:  # inside another jit's trace: no compiler options there
-                    if nested is None or not is_nested_options_error(e):
-                        raise
-                    return nested(cache.values, passed, *args[1:], **kwargs)
-                except NotHot:  # other shapes: this path is off for good (as in Optimized.__call__)
-                    opt._set_hot_path(None, off=True)
+                got = cache.values, (tuple(map(get, refs)) if refs else ())
+            elif not args or h.spare is None or (got := from_spare(args[0], lead=True)) is None:
+                return slow_call(opt, *args, **kwargs)  # not the arrays of either slot
+            try:
+                return call(*got, *args[1:], **kwargs)
+            except ValueError as e:  # inside another jit's trace: no compiler options there
+                if nested is None or not is_nested_options_error(e):
+                    raise
+                return nested(*got, *args[1:], **kwargs)
+            except NotHot:  # other shapes: this path is off for good (as in Optimized.__call__)
+                opt._set_hot_path(None, off=True)
             return slow_call(opt, *args, **kwargs)
 
         return type(base.__name__, (base,), {"__call__": hot_call, "_call_class": True})
@@ -339,7 +379,12 @@ def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, lea
     fast = tuple(i for i in range(len(leaves)) if i not in slow)
     opt._hot[(key[0], key[2])] = (entry, picker(fast), tuple(key[1][i] for i in fast))
     # the cached values belong to this call's slow arrays (not so when one is a tracer)
-    if h.ids is None or h.ids != tuple(map(id, h.pick_slow(leaves))):
+    ids = tuple(map(id, h.pick_slow(leaves)))
+    if h.spare_values(ids) is not None and entry.hot is not None:
+        if entry.hot.spare is None or entry.hot.spare[0] is not h.spare.ids:
+            entry.hot.refresh_spare(args, kwargs)  # the second slot's arrays: checked after the first's
+        return
+    if h.ids is None or h.ids != ids:
         return
     if not opt._hot_path_off:
         entry.hot = entry.hot or HotPath(opt, entry, key, args, kwargs)
@@ -416,9 +461,10 @@ def structure_hit(opt: Any, hot: tuple, leaves: list, key: Callable[[], tuple]) 
     slow = h.pick_slow(leaves)
     ids = tuple(map(id, slow))
     same = tuple(map(leaf_key, fast(leaves))) == fast_keys
-    if same and ids == h.ids and h.values is not None:
+    values = (h.values if ids == h.ids else h.spare_values(ids)) if same else None
+    if values is not None:  # either slot's arrays
         h.seen, h.streak = ids, 0
-        return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, h.values))
+        return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
     return DIRECT if h.wants_direct(ids) else MISS

@@ -214,6 +214,7 @@ class Hoisted:
     n_values: int
     main_args: tuple[int, ...]  # the leaves main reads, in order
     main_used: Callable[..., list[Any]]
+    sets: int = 1  # parameter sets whose values max_hoist_bytes lets be kept at once (1 or 2)
 
 
 def decode(

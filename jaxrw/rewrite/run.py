@@ -113,6 +113,7 @@ class RewriteReport:
     phase_s: dict[str, float] = field(default_factory=dict)
     autotune: dict[str, Any] | None = None  # winner, median times, whether from the disk cache
     hoisted_bytes: int = 0  # size of the values kept between calls for hoisted arguments
+    hoisted_sets: int = 0  # parameter sets whose values may be kept at once (Hoisted.sets)
     bodies: list[RewriteReport] = field(default_factory=list)  # control-flow bodies, recursively
     hoist_note: str = ""
     nonfinite_note: str = ""  # why numerics="default" fell back to exact rules (nonfinite.py)
@@ -142,7 +143,9 @@ class RewriteReport:
         self.schedule = "jax.jit: fallback"
 
     def rows(self) -> list[tuple[str, str]]:
-        from ..explain_render import fmt_bytes, fmt_cost, speedup_text
+        from ..explain_render import fmt_bytes, fmt_cost, hoisted_sets_text, speedup_text
+
+        sets = hoisted_sets_text(self.hoisted_sets)
 
         before, after = (
             fmt_cost(self.cost_before, self.cost_model),
@@ -164,7 +167,7 @@ class RewriteReport:
             ]
             + ([("autotune", _autotune_row(self.autotune))] if self.autotune else [])
             + (
-                [("hoisted", f"{fmt_bytes(self.hoisted_bytes)} kept between calls")]
+                [("hoisted", f"{fmt_bytes(self.hoisted_bytes)} kept between calls{sets}")]
                 if self.hoisted_bytes
                 else []
             )
@@ -197,6 +200,7 @@ class RewriteReport:
             "phase_s": dict(self.phase_s),
             "autotune": self.autotune,
             "hoisted_bytes": self.hoisted_bytes,
+            "hoisted_sets": self.hoisted_sets,
             "hoist_note": self.hoist_note,
             "nonfinite_note": self.nonfinite_note,
             "schedule": self.schedule,
@@ -474,6 +478,8 @@ def rewrite_jaxpr(
         report.phase_s["decode"] = time.perf_counter() - t
         return again(**same, _note=report.hoist_note)
     report.hoisted_bytes = hoisted.nbytes if hoisted is not None else 0
+    if hoisted is not None:  # a second parameter set in turn gets values of its own if both fit
+        hoisted.sets = report.hoisted_sets = 2 if 2 * hoisted.nbytes <= max_hoist_bytes else 1
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True
     log.debug("decode: rewritten program built in %.1f ms", report.phase_s["decode"] * 1e3)

@@ -1,0 +1,164 @@
+"""Two parameter sets called in turn on one hoisted signature (live and averaged weights, online
+and target networks): the set that comes back after jax.jit's program ran for it gets prologue
+values of its own (`HoistedCall.spare`) where twice the values fit max_hoist_bytes, and both are
+served by the quick path; a third set never makes the prologue run on every call."""
+
+from __future__ import annotations
+
+import gc
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrw
+from jaxrw.prologue import HoistedCall
+from tests.test_hoist import _call, _params, _x, f
+from tests.test_hoist_call_class import _served
+
+
+def _check(opt, p, x):
+    np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+
+
+def _no_full_path(monkeypatch, opt):
+    """From here on, a call that is not served from a slot's values fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the full call path ran")
+
+    monkeypatch.setattr(HoistedCall, "values_for", refuse)
+    monkeypatch.setattr(HoistedCall, "wants_direct", refuse)
+    monkeypatch.setattr(opt, "_run_direct", refuse)
+
+
+def test_two_sets_in_turn_each_run_on_values_of_their_own(monkeypatch):
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    a, b = _params(300), _params(301)
+    for i in range(3):
+        for p in (a, b):
+            _check(opt, p, _x(302 + i))
+    call = _call(opt)
+    assert (call.prologue_runs, call.direct_runs) == (2, 1)  # b ran jax.jit's program once
+    assert call.spare is not None and call.spare.ids == tuple(map(id, call.pick_slow(jax.tree.leaves(b))))
+    _no_full_path(monkeypatch, opt)
+    for i in range(4):  # both from the quick path's one frame, each on its own values
+        for p in (a, b):
+            _check(opt, p, _x(310 + i))
+            assert _served(opt)
+
+
+def test_the_second_set_in_new_containers_is_still_recognized(monkeypatch):
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    a, b, x = _params(320), _params(321), _x(322)
+    for _ in range(2):
+        for p in (a, b):
+            _check(opt, p, x)
+    _no_full_path(monkeypatch, opt)
+    for _ in range(2):  # the same arrays in new dicts: flattened, then found in the second slot
+        for p in (a, b):
+            _check(opt, dict(p), x)
+
+
+def test_parameters_after_the_data_use_the_general_quick_path(monkeypatch):
+    def g(x, params):
+        return f(params, x)
+
+    opt = jaxrw.optimize(g, hoist_argnums=1)
+    a, b, x = _params(330), _params(331), _x(332)
+    for _ in range(3):
+        for p in (a, b):
+            np.testing.assert_allclose(opt(x, p), f(p, x), rtol=1e-4, atol=1e-5)
+    assert _call(opt).prologue_runs == 2 and opt._hot_path.same_lead is None
+    _no_full_path(monkeypatch, opt)
+    for p in (a, b, a, b):
+        np.testing.assert_allclose(opt(x, p), f(p, x), rtol=1e-4, atol=1e-5)
+
+
+def test_without_room_for_two_sets_the_second_runs_jax_jit():
+    a, b, x = _params(340), _params(341), _x(342)
+    probe = jaxrw.optimize(f, hoist_argnums=0)
+    probe(a, x)
+    nbytes = _call(probe).nbytes
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=2 * nbytes - 1)  # room for one set
+    for _ in range(3):
+        for p in (a, b):
+            _check(opt, p, x)
+    call = _call(opt)
+    assert (call.prologue_runs, call.direct_runs, call.spare) == (1, 3, None)
+    assert "twice that" in repr(probe.report(a, x)) and "twice that" not in repr(opt.report(a, x))
+
+
+def test_a_set_coming_back_replaces_the_one_used_less_recently():
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    a, b, c, x = _params(350), _params(351), _params(352), _x(353)
+    for p in (a, b, a, b):  # a in the first slot, b in the second
+        _check(opt, p, x)
+    call = _call(opt)
+    assert call.prologue_runs == 2
+    for p in (c, b, c, b, c, b):  # a unused now: c takes its slot, b keeps its own
+        _check(opt, p, x)
+    slow = lambda p: tuple(map(id, call.pick_slow(jax.tree.leaves(p))))  # noqa: E731
+    assert (call.prologue_runs, call.ids, call.spare.ids) == (3, slow(c), slow(b))
+    runs = call.prologue_runs
+    for p in (c, b) * 3:
+        _check(opt, p, x)
+    assert call.prologue_runs == runs
+
+
+def test_three_sets_in_turn_never_run_the_prologue_per_call():
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    sets, x = [_params(360 + i) for i in range(3)], _x(363)
+    for _ in range(5):
+        for p in sets:
+            _check(opt, p, x)
+    call = _call(opt)
+    assert call.prologue_runs == 1 and call.direct_runs == 10  # the first set hoisted, the others direct
+
+
+def test_new_parameters_twice_in_a_row_still_replace_the_first_slot():
+    # a training loop that evaluates its new parameters twice: they replace the cached set, as
+    # before, and take no second slot
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    x = _x(371)
+    for i in range(4):
+        p = _params(372 + i)
+        _check(opt, p, x)
+        _check(opt, p, x + 1)
+    call = _call(opt)
+    assert call.prologue_runs == 4 and call.spare is None
+
+
+def test_the_second_slot_dies_with_its_arrays_and_clear_cache_drops_it():
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    a, b, x = _params(380), _params(381), _x(382)
+    for p in (a, b, a, b):
+        _check(opt, p, x)
+    call = _call(opt)
+    assert call.spare.values is not None
+    del b, p
+    gc.collect()
+    assert call.spare.values is None and call.spare.ids is None
+    for i in range(3):  # new arrays (their ids may be the dead ones'): never the old values
+        c = _params(383 + i)
+        for p in (a, c, a, c):
+            _check(opt, p, x)
+    assert call.spare.values is not None
+    opt.clear_cache()
+    assert call.spare.values is None and call.values is None
+    for p in (a, c):
+        _check(opt, p, x)
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_gradients_and_verify_with_two_sets(verify):
+    opt = jaxrw.optimize(f, hoist_argnums=0, verify=verify)
+    a, b, x = _params(390), _params(391), _x(392)
+    loss = lambda p: opt(p, x).sum()  # noqa: E731
+    for _ in range(2):
+        for p in (a, b):
+            _check(opt, p, x)
+            want = jax.grad(lambda q: f(q, x).sum())(p)
+            got = jax.grad(loss)(p)
+            for k in want:
+                np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
