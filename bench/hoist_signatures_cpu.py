@@ -9,7 +9,8 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
 - train_eval: a training loop whose new parameters are called at a training and an evaluation
   batch size each step (new on every step: both signatures should go to jax.jit's program).
 - alternating_64: two parameter sets of 64 leaves in turn at one batch size; the second set's
-  calls timed (it never stays cached: jax.jit's program behind the hoisted call's Python).
+  calls timed (before the thirty-third session it never stayed cached and ran jax.jit's program
+  behind the hoisted call's Python; now it has prologue values of its own, `HoistedCall.spare`).
 
     python bench/hoist_signatures_cpu.py [--repeats 7] [--json out.json]
 """
