@@ -260,7 +260,7 @@ class HotPath:
         check = slot[2] if lead else slot[1]
         if check is None or not check(arg):
             return None
-        self.h.seen, self.h.streak = slot[0], 0
+        self.h.saw(slot[0])
         return spare.values, tuple(map(operator.call, slot[3]))  # alive: `arg` holds them
 
     def _checks(self, args: tuple, kwargs: dict) -> tuple:
@@ -298,7 +298,7 @@ class HotPath:
         if cached and self.same_hoisted is not None and self.same_hoisted(hoisted):
             # the same objects as at refresh: no flattening (a dict's flatten sorts its keys)
             passed = tuple(map(operator.call, self.passed))  # alive: `hoisted` holds them
-            h.seen, h.streak = self.ids, 0
+            h.saw(self.ids)
         elif (got := self.from_spare(hoisted, lead=False)) is not None:
             values, passed = got
         else:
@@ -314,9 +314,10 @@ class HotPath:
                 # its own, else the call's signature on the full path (`structure_hit`)
                 own = self.own is not None and slow and not compat.traced(slow)
                 own = own and _fast_signature(lay.fast(args, kwargs)) == self.own
-                return opt._run_direct(self.entry, args, kwargs) if own and h.wants_direct(ids) else MISS
+                direct = own and h.wants_direct(ids, slow)
+                return opt._run_direct(self.entry, args, kwargs) if direct else MISS
             passed = lay.pick_passed(slow)
-            h.seen, h.streak = (slot[0] if in_spare else self.ids), 0
+            h.saw(slot[0] if in_spare else self.ids)
         fast, fast_kw = lay.fast(args, kwargs)
         return self._run(values, passed, fast, fast_kw)
 
@@ -353,7 +354,7 @@ class HotPath:
             if config.jax_disable_jit or (donating and compat.under_trace()):
                 return slow_call(opt, *args, **kwargs)
             if args and cache.ids is token and same_lead(args[0]):
-                h.seen, h.streak = token, 0  # a cached call: a run of new arrays starts again
+                h.before, h.seen, h.streak = h.seen, token, 0  # HoistedCall.saw, inline
                 got = cache.values, (tuple(map(get, refs)) if refs else ())
             elif not args or h.spare is None or (got := from_spare(args[0], lead=True)) is None:
                 return slow_call(opt, *args, **kwargs)  # not the arrays of either slot
@@ -433,7 +434,7 @@ def run_proven(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
     slow = list(h.pick_slow(leaves))
     if not opt.verify and not compat.traced(slow):  # new slow arrays, changing on every call
         ids = tuple(map(id, slow))
-        if (ids != h.ids or h.values is None) and h.wants_direct(ids):
+        if (ids != h.ids or h.values is None) and h.wants_direct(ids, slow):
             return DIRECT
     if hot is None or opt.verify or not _concrete(slow):
         return h(*leaves)
@@ -463,11 +464,11 @@ def structure_hit(opt: Any, hot: tuple, leaves: list, key: Callable[[], tuple]) 
     same = tuple(map(leaf_key, fast(leaves))) == fast_keys
     values = (h.values if ids == h.ids else h.spare_values(ids)) if same else None
     if values is not None:  # either slot's arrays
-        h.seen, h.streak = ids, 0
+        h.saw(ids)
         return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
-    return DIRECT if h.wants_direct(ids) else MISS
+    return DIRECT if h.wants_direct(ids, slow) else MISS
 
 
 def hoisted_as_passed(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[str, ...]]:

@@ -56,9 +56,10 @@ class HoistedCall:
     Two parameter sets in turn (live and averaged weights, online and target networks): a set
     that comes back after jax.jit's program ran for it, with another set's cached call between,
     gets values of its own in a second slot (`spare`) where twice the values fit max_hoist_bytes
-    (`Hoisted.sets`), so both calls run hoisted. A third set coming back replaces the set used
-    less recently. Before, the second set ran jax.jit's program behind the hoisted call's Python
-    on every call (1.42x of jax.jit's time for 64 small leaves on this project's CPU)."""
+    (`Hoisted.sets`), so both calls run hoisted. A set coming back while both slots are full
+    replaces one that neither of the last two calls used; three sets in rotation keep two.
+    Before, the second set ran jax.jit's program behind the hoisted call's Python on every call
+    (1.33x of jax.jit's time for 64 small leaves on this project's CPU; 0.77x now)."""
 
     def __init__(self, hoisted: Any, donate: tuple[int, ...], mode: str = "xla", cache: Any = None):
         self.mode = mode  # XLA's schedule for the main program's top-level calls (schedule.xla_modes)
@@ -73,9 +74,12 @@ class HoistedCall:
         self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)  # nestable in a trace
         self.main_top = tuned_jit(hoisted.main_used, mode, self.main, donate_argnums=donate_used)
         self.seen: tuple[int, ...] | None = None  # slow leaf ids of the previous call
+        self.before: tuple[int, ...] | None = None  # and of the call before that one
         self.sets = hoisted.sets  # parameter sets whose values may be kept at once (1 or 2)
         self.spare: PrologueValues | None = None  # the second set's slot, made when one comes back
-        self.last_direct: tuple[int, ...] | None = None  # the arrays jax.jit's program last ran for
+        # the ids of the arrays jax.jit's program last ran for, and weak references to them: a set
+        # "comes back" only while those arrays live (a new set may take a dead one's ids)
+        self.last_direct: tuple[tuple[int, ...], list[weakref.ref]] | None = None
         self.into: tuple[tuple[int, ...], str] | None = None  # a set come back: the slot it goes to
         self.direct_runs = 0
         self.streak = 0  # direct runs in a row (HANDOFF_AFTER of them hand the signature to jax.jit)
@@ -94,30 +98,44 @@ class HoistedCall:
         """The main program; `nested`: inside another jit's trace (no compiler options there)."""
         return (self.main if nested else self.main_top)(*self._pick_used(leaves), *values)
 
-    def wants_direct(self, ids: tuple[int, ...]) -> bool:
+    def saw(self, ids: tuple[int, ...]) -> None:
+        """A call on the arrays `ids` ran on a slot's values: a run of new arrays starts again.
+        (The quickest call, HotPath.call_class, does the same inline.)"""
+        self.before, self.seen, self.streak = self.seen, ids, 0
+
+    def _came_back(self, ids: tuple[int, ...]) -> bool:
+        """Whether `ids` are those of the arrays jax.jit's program last ran for, still alive."""
+        last = self.last_direct
+        return last is not None and last[0] == ids and all(r() is not None for r in last[1])
+
+    def wants_direct(self, ids: tuple[int, ...], slow: Any) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
         should run (the arrays differ from the previous call's too), False when the prologue
         should (first call, or the same new arrays twice in a row) or another signature of the
         same prologue holds values for them (or this one's second slot, `spare`), or where a set
-        comes back that the second slot is to keep (`into`, read by values_for)."""
-        seen, self.seen = self.seen, ids
+        comes back that a slot is to keep (`into`, read by values_for). `slow`: the call's slow
+        arrays, whose ids are `ids`."""
+        seen, before = self.seen, self.before
+        self.before, self.seen = seen, ids
         if self.into is not None and self.into[0] == ids:  # decided by an earlier ask in this call
             self.streak = 0
             return False
         if self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None:
             self.streak = 0  # held in a slot of this prologue: no prologue run
             return False
-        if self.sets > 1 and ids == self.last_direct and ids != seen and self.cache.values is not None:
-            # back after jax.jit's program ran for it, another set's call between: two sets in turn.
-            # Its values replace those of the slot the previous call did not use.
+        if self.sets > 1 and ids != seen and self.cache.values is not None and self._came_back(ids):
+            # back after jax.jit's program ran for it, another set's call between: sets in turn. It
+            # takes the second slot if free, else the slot the last two calls did not use, if any
+            # (three sets in turn keep the two they have: no prologue run every few calls)
             spare_ids = self.spare.ids if self.spare is not None else None
-            self.into = (ids, "main" if seen is not None and seen == spare_ids else "spare")
-            self.streak = 0
-            return False
+            slot, unused = ("main", self.cache.ids) if seen == spare_ids else ("spare", spare_ids)
+            if spare_ids is None or unused != before:
+                self.into, self.last_direct, self.streak = (ids, slot), None, 0
+                return False
         direct = self.cache.fills > 0 and ids != seen
         self.direct_runs += direct
         if direct:
-            self.last_direct = ids
+            self.last_direct = ids, [weakref.ref(x) for x in slow if isinstance(x, jax.Array)]
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
         # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
         self.streak = (1 if seen == self.ids else self.streak + 1) if direct else 0
@@ -141,7 +159,7 @@ class HoistedCall:
         (`wants_direct`), else from the first; a call on them starts a run of calls on new
         arrays again."""
         ids = tuple(map(id, slow))
-        self.seen, self.streak = ids, 0
+        self.saw(ids)
         values = self.spare_values(ids)
         if values is not None:
             return values

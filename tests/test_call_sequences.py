@@ -439,7 +439,8 @@ class World:
                 note(f"bind refused as documented: {e}")
                 self.bound = None
                 return
-            self.bound = (b, pb, by_kw or self.o["hoist"] == "argnames", self.d, self.dtype, self.x.shape[0])
+            # calls pass x as the binding did (a bound function keeps the structure it was bound with)
+            self.bound = (b, pb, by_kw, self.d, self.dtype, self.x.shape[0])
         elif kind == "bind_call":
             if self.bound is None:
                 return

@@ -162,3 +162,44 @@ def test_gradients_and_verify_with_two_sets(verify):
             got = jax.grad(loss)(p)
             for k in want:
                 np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
+
+
+def test_single_use_sets_at_recycled_ids_do_not_count_as_coming_back():
+    # a new set per step, each called once between calls of a kept set and then dropped: a new
+    # set often takes the dead one's ids, which must not look like a set coming back (found by a
+    # review: the prologue ran for 11 of 12 single-use sets and the streak never built up)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    a, x = _params(400), _x(401)
+    for _ in range(2):
+        _check(opt, a, x)
+    for i in range(12):
+        p = jax.tree.map(lambda w, i=i: w + i, a)
+        _check(opt, p, x)
+        _check(opt, a, x)
+        del p
+    call = _call(opt)
+    assert (call.prologue_runs, call.direct_runs) == (1, 12)
+    # the same, whether or not the allocator recycled ids above: a set at the ids of a dead one
+    p = jax.tree.map(lambda w: w * 3.0, a)
+    _check(opt, p, x)
+    _check(opt, a, x)
+    dead = tuple(map(id, call.pick_slow(jax.tree.leaves(p))))
+    del p
+    gc.collect()
+    fresh = call.pick_slow(jax.tree.leaves(jax.tree.map(lambda w: w * 4.0, a)))
+    assert call.wants_direct(dead, fresh) and call.into is None
+
+
+def test_a_third_set_joining_two_kept_ones_runs_jax_jit():
+    # both slots in use by sets called lately: a third set in the rotation replaces neither
+    # (found by a review: a prologue run every fourth call, for good)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    a, b, c, x = _params(410), _params(411), _params(412), _x(413)
+    for p in (a, b, a, b):
+        _check(opt, p, x)
+    call = _call(opt)
+    runs, direct = call.prologue_runs, call.direct_runs
+    for _ in range(10):
+        for p in (a, b, c):
+            _check(opt, p, x)
+    assert (call.prologue_runs - runs, call.direct_runs - direct) == (0, 10)
