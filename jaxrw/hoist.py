@@ -238,6 +238,7 @@ class HotPath:
         # the same for the arrays of the second slot (HoistedCall.spare): its `ids` then (the token),
         # same_hoisted, same_lead, passed, and the ids of the hoisted leaves
         self.spare: tuple | None = None
+        self.displaced = False  # another signature's HotPath took the instance's quick path from it
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
         """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
@@ -354,7 +355,9 @@ class HotPath:
             if config.jax_disable_jit or (donating and compat.under_trace()):
                 return slow_call(opt, *args, **kwargs)
             if args and cache.ids is token and same_lead(args[0]):
-                h.before, h.seen, h.streak = h.seen, token, 0  # HoistedCall.saw, inline
+                if h.seen is not token and h.seen != token:  # HoistedCall.saw, inline
+                    h.before, h.seen = h.seen, token
+                h.streak = 0
                 got = cache.values, (tuple(map(get, refs)) if refs else ())
             elif not args or h.spare is None or (got := from_spare(args[0], lead=True)) is None:
                 return slow_call(opt, *args, **kwargs)  # not the arrays of either slot
@@ -387,6 +390,16 @@ def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, lea
         return
     if h.ids is None or h.ids != ids:
         return
+    current = opt._hot_path
+    if current is not None and current is not entry.hot and not opt._hot_path_off:
+        # another signature's quick path: taken over once (a new phase: prefill, then decode), not
+        # taken back by a signature that lost it (signatures in turn rebuilt the instance's class
+        # on every call, 13x jax.jit's time in a review): its calls take the full path
+        if entry.hot is not None and entry.hot.displaced:
+            if entry.hot.h_ids is not h.ids:
+                entry.hot.refresh(args, kwargs)  # for run_proven: new values, once
+            return
+        current.displaced = True
     if not opt._hot_path_off:
         entry.hot = entry.hot or HotPath(opt, entry, key, args, kwargs)
         entry.hot.refresh(args, kwargs)
@@ -468,7 +481,7 @@ def structure_hit(opt: Any, hot: tuple, leaves: list, key: Callable[[], tuple]) 
         return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
-    return DIRECT if h.wants_direct(ids, slow) else MISS
+    return DIRECT if h.wants_direct(ids, slow, own=same) else MISS
 
 
 def hoisted_as_passed(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[str, ...]]:

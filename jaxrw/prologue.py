@@ -31,6 +31,9 @@ log = logging.getLogger("jaxrw")
 # outside jit), the signature runs jax.jit's program through jax's C++ dispatch (Optimized's
 # fast path): any Python per call costs 20-35 us on the H200 host measured (bench/HISTORY.md)
 HANDOFF_AFTER = 16
+# A set coming back may replace a full slot at most once per this many direct runs: three or more
+# sets in an uneven rotation otherwise evict each other, a prologue run every few calls
+EVICT_AFTER = 8
 
 
 def picker(idx: tuple[int, ...]) -> Any:
@@ -74,7 +77,9 @@ class HoistedCall:
         self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)  # nestable in a trace
         self.main_top = tuned_jit(hoisted.main_used, mode, self.main, donate_argnums=donate_used)
         self.seen: tuple[int, ...] | None = None  # slow leaf ids of the previous call
-        self.before: tuple[int, ...] | None = None  # and of the call before that one
+        self.before: tuple[int, ...] | None = None  # and of the set called before that one
+        self.seen_elsewhere: tuple[int, ...] | None = None  # of the last call at unbuilt shapes
+        self.evicted_at = -EVICT_AFTER  # direct_runs when a set last replaced a full slot
         self.sets = hoisted.sets  # parameter sets whose values may be kept at once (1 or 2)
         self.spare: PrologueValues | None = None  # the second set's slot, made when one comes back
         # the ids of the arrays jax.jit's program last ran for, and weak references to them: a set
@@ -100,36 +105,52 @@ class HoistedCall:
 
     def saw(self, ids: tuple[int, ...]) -> None:
         """A call on the arrays `ids` ran on a slot's values: a run of new arrays starts again.
-        (The quickest call, HotPath.call_class, does the same inline.)"""
-        self.before, self.seen, self.streak = self.seen, ids, 0
+        `seen` and `before` are the last two sets called, each once. (The quickest call,
+        HotPath.call_class, does the same inline.)"""
+        if ids != self.seen:
+            self.before, self.seen = self.seen, ids
+        self.streak = 0
 
     def _came_back(self, ids: tuple[int, ...]) -> bool:
         """Whether `ids` are those of the arrays jax.jit's program last ran for, still alive."""
         last = self.last_direct
         return last is not None and last[0] == ids and all(r() is not None for r in last[1])
 
-    def wants_direct(self, ids: tuple[int, ...], slow: Any) -> bool:
+    def wants_direct(self, ids: tuple[int, ...], slow: Any, own: bool = True) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
         should run (the arrays differ from the previous call's too), False when the prologue
         should (first call, or the same new arrays twice in a row) or another signature of the
         same prologue holds values for them (or this one's second slot, `spare`), or where a set
         comes back that a slot is to keep (`into`, read by values_for). `slow`: the call's slow
-        arrays, whose ids are `ids`."""
+        arrays, whose ids are `ids`. Not `own`: a call at shapes no signature is built for yet
+        (`hoist.structure_hit`), decided apart from this signature's own calls (True where its
+        arrays differ from the last such call's: nothing is built for them; a run of such calls
+        counts toward the handoff, as a training loop at those shapes)."""
+        held = self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None
+        if not own:
+            direct = not held and self.cache.fills > 0 and ids != self.seen_elsewhere
+            self.seen_elsewhere = ids
+            self.direct_runs += direct
+            self.streak = self.streak + 1 if direct else 0
+            return direct
         seen, before = self.seen, self.before
-        self.before, self.seen = seen, ids
+        if ids != seen:
+            self.before, self.seen = seen, ids
         if self.into is not None and self.into[0] == ids:  # decided by an earlier ask in this call
             self.streak = 0
             return False
-        if self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None:
-            self.streak = 0  # held in a slot of this prologue: no prologue run
+        if held:  # in a slot of this prologue: no prologue run
+            self.streak = 0
             return False
         if self.sets > 1 and ids != seen and self.cache.values is not None and self._came_back(ids):
             # back after jax.jit's program ran for it, another set's call between: sets in turn. It
-            # takes the second slot if free, else the slot the last two calls did not use, if any
-            # (three sets in turn keep the two they have: no prologue run every few calls)
+            # takes the second slot if free, else the slot of neither of the last two sets called,
+            # at most once per EVICT_AFTER direct runs (three or more sets in turn keep two)
             spare_ids = self.spare.ids if self.spare is not None else None
             slot, unused = ("main", self.cache.ids) if seen == spare_ids else ("spare", spare_ids)
-            if spare_ids is None or unused != before:
+            if spare_ids is None or (unused != before and self.direct_runs - self.evicted_at >= EVICT_AFTER):
+                if spare_ids is not None:
+                    self.evicted_at = self.direct_runs
                 self.into, self.last_direct, self.streak = (ids, slot), None, 0
                 return False
         direct = self.cache.fills > 0 and ids != seen
@@ -164,7 +185,11 @@ class HoistedCall:
         if values is not None:
             return values
         into, self.into = self.into, None
-        if into == (ids, "spare") and ids != self.cache.ids:
+        # another signature's values for these arrays, while the first slot holds another set:
+        # shared into the second (no prologue run, no copy), so neither set evicts the other
+        shared = self.sets > 1 and self.cache.values is not None and ids != self.cache.ids
+        shared = shared and into is None and self.cache.held_elsewhere(ids) is not None
+        if (shared or into == (ids, "spare")) and ids != self.cache.ids:
             if self.spare is None:
                 self.spare = PrologueValues(self.cache.prologue, self.cache.group)
                 log.info("jaxrw: two parameter sets in turn: both kept (%d bytes)", 2 * self.nbytes)

@@ -61,7 +61,7 @@ def test_cached_calls_take_the_class_call_and_match_jax_jit():
         _close(opt(p, x * i), jax.jit(cell)(p, x * i))
     # a new dict of the very same lists' arrays: the same prologue inputs, nothing recomputed
     _close(opt({"w": list(p["w"]), "u": list(p["u"])}, x), cell(p, x))
-    assert h.prologue_runs == runs and h.seen is h.ids
+    assert h.prologue_runs == runs and h.seen == h.ids
 
 
 def test_changed_parameters_leave_the_class_call_and_come_back_after_the_prologue():

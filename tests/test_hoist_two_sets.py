@@ -203,3 +203,84 @@ def test_a_third_set_joining_two_kept_ones_runs_jax_jit():
         for p in (a, b, c):
             _check(opt, p, x)
     assert (call.prologue_runs - runs, call.direct_runs - direct) == (0, 10)
+
+
+# -- with several signatures (batch sizes): found by a second review ------------------------------
+
+
+def _fills(opt) -> int:
+    """Times values were put in any slot of any signature (a prologue run or another's values)."""
+    calls = [e.call for e in opt._cache.values() if isinstance(e.call, HoistedCall)]
+    return sum(c.cache.fills + (c.spare.fills if c.spare else 0) for c in calls)
+
+
+def test_sets_at_their_own_batch_sizes_in_turn_do_not_rebuild_the_quick_path(monkeypatch):
+    # set a at batch 4 and set b at batch 8 in turn: each signature's quick path took the
+    # instance's over on every call, a new class each time (13x jax.jit's time in the review)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    a, b, x4, x8 = _params(420), _params(421), _x(422, n=4), _x(423, n=8)
+    for _ in range(3):
+        _check(opt, a, x4)
+        _check(opt, b, x8)
+    switches = []
+    original = type(opt)._set_hot_path
+    monkeypatch.setattr(
+        type(opt), "_set_hot_path", lambda self, *a, **k: switches.append(1) or original(self, *a, **k)
+    )
+    runs = _runs(opt)
+    for _ in range(5):
+        _check(opt, a, x4)
+        _check(opt, b, x8)
+    assert switches == [] and _runs(opt) == runs
+
+
+def test_two_sets_at_two_batch_sizes_settle_in_both_signatures():
+    # each set at both sizes: the second signature took the other one's values into its first
+    # slot on every call (no prologue run, but the full path each time); now it shares them
+    # into its second slot once
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    a, b, x4, x8 = _params(430), _params(431), _x(432, n=4), _x(433, n=8)
+    for _ in range(3):
+        for p, x in ((a, x4), (b, x4), (a, x8), (b, x8)):
+            _check(opt, p, x)
+    fills, runs = _fills(opt), _runs(opt)
+    for _ in range(5):
+        for p, x in ((a, x4), (b, x4), (a, x8), (b, x8)):
+            _check(opt, p, x)
+    assert (_fills(opt), _runs(opt)) == (fills, runs) and runs == 2
+
+
+@pytest.mark.parametrize("rotation", ["CABCBC", "CCABCB", "ABACBC"])
+def test_uneven_rotations_of_three_sets_settle(rotation):
+    # two of three sets kept; a set that comes back replaces a kept one at most once per
+    # EVICT_AFTER direct runs (a rotation C, A, B, C, B, C reran the prologue twice every six calls)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    sets, x = {k: _params(440 + i) for i, k in enumerate("ABC")}, _x(443)
+    for _ in range(3):
+        for k in rotation:
+            _check(opt, sets[k], x)
+    runs = _runs(opt)
+    for _ in range(12):
+        for k in rotation:
+            _check(opt, sets[k], x)
+    assert _runs(opt) - runs <= 2
+
+
+def test_new_sets_at_a_shape_with_no_signature_leave_the_signature_state_alone():
+    # calls at batch 8 (no signature) asked the batch-4 signature's policy and moved its record
+    # of the previous call: a, b at 8, b at 4, a at 8 ran the prologue every other call
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    sets, x4, x8 = {k: _params(450 + i) for i, k in enumerate("AB")}, _x(452, n=4), _x(453, n=8)
+    pattern = [("A", x4), ("B", x8), ("B", x4), ("A", x8)]
+    for _ in range(2):
+        for k, x in pattern:
+            _check(opt, sets[k], x)
+    runs = _runs(opt)
+    for _ in range(8):
+        for k, x in pattern:
+            _check(opt, sets[k], x)
+    assert _runs(opt) - runs <= 1
+
+
+def _runs(opt) -> int:
+    return sum(e.call.prologue_runs for e in opt._cache.values() if isinstance(e.call, HoistedCall))
