@@ -56,7 +56,7 @@ class HoistedCall:
     as ordinary traced computation and are never cached. The cached values live in `cache`
     (PrologueValues: this signature's slot, grouped with those of the same prologue program).
 
-    Two parameter sets in turn (live and averaged weights, online and target networks): a set
+    Two fixed parameter sets in turn (two checkpoints, a model and its averaged weights): a set
     that comes back after jax.jit's program ran for it, with another set's cached call between,
     gets values of its own in a second slot (`spare`) where twice the values fit max_hoist_bytes
     (`Hoisted.sets`), so both calls run hoisted. A set coming back while both slots are full

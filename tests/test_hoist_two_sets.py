@@ -1,7 +1,8 @@
-"""Two parameter sets called in turn on one hoisted signature (live and averaged weights, online
-and target networks): the set that comes back after jax.jit's program ran for it gets prologue
-values of its own (`HoistedCall.spare`) where twice the values fit max_hoist_bytes, and both are
-served by the quick path; a third set never makes the prologue run on every call."""
+"""Two fixed parameter sets called in turn on one hoisted signature (two checkpoints, a model
+and its averaged weights at evaluation): the set that comes back after jax.jit's program ran for
+it gets prologue values of its own (`HoistedCall.spare`) where twice the values fit
+max_hoist_bytes, and both are served by the quick path; a third set never makes the prologue run
+on every call, with one signature or several."""
 
 from __future__ import annotations
 
