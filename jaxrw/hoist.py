@@ -9,7 +9,7 @@ import functools
 import operator
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 
@@ -207,6 +207,16 @@ def checker(snap: tuple) -> Callable[[Any], bool]:
     return lambda t: type(t) is kind_of and len(t) == n and all(map(call, kids, t))
 
 
+class _SpareChecks(NamedTuple):
+    """The quick path's checks of the arrays in a signature's second slot (HoistedCall.spare)."""
+
+    token: tuple[int, ...]  # the slot's `ids` when checked: replaced when it is refilled or cleared
+    same_hoisted: Callable[[Any], bool] | None  # as HotPath's, for these arrays
+    same_lead: Callable[[Any], bool] | None
+    passed: list[weakref.ref]
+    ids: tuple[int, ...]  # of all the hoisted leaves, for calls that are flattened
+
+
 class HotPath:
     """The quickest call of a hoisted signature whose slow arrays are cached.
 
@@ -235,9 +245,7 @@ class HotPath:
         self.same_lead: Callable[[Any], bool] | None = None
         self.passed: list[weakref.ref] = []  # the hoisted leaves the main program reads
         self.own = _fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
-        # the same for the arrays of the second slot (HoistedCall.spare): its `ids` then (the token),
-        # same_hoisted, same_lead, passed, and the ids of the hoisted leaves
-        self.spare: tuple | None = None
+        self.spare: _SpareChecks | None = None  # the same for the arrays of the second slot
         self.displaced = False  # another signature's HotPath took the instance's quick path from it
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
@@ -249,20 +257,25 @@ class HotPath:
         """Now in the second slot (HoistedCall.spare): the checks of these arguments' arrays, tried
         after the first slot's."""
         ids, same_hoisted, same_lead, passed = self._checks(args, kwargs)
-        spare = self.h.spare
-        self.spare = (spare.ids, same_hoisted, same_lead, passed, ids) if ids is not None else None
+        token = self.h.spare.ids
+        self.spare = _SpareChecks(token, same_hoisted, same_lead, passed, ids) if ids is not None else None
+
+    def _live_spare(self) -> _SpareChecks | None:
+        """The second slot's checks while that slot still holds the arrays they were made for
+        (not refilled, nor cleared because an array died)."""
+        slot, spare = self.spare, self.h.spare
+        live = slot is not None and spare is not None and spare.ids is slot.token and spare.values is not None
+        return slot if live else None
 
     def from_spare(self, arg: Any, lead: bool) -> tuple[list, tuple] | None:
         """The second slot's values and the leaves the main program reads, where `arg` holds that
         slot's arrays (the first argument when `lead`, else the hoisted arguments); else None."""
-        slot, spare = self.spare, self.h.spare
-        if slot is None or spare is None or spare.ids is not slot[0] or spare.values is None:
-            return None  # none, or refilled or cleared since (an array died)
-        check = slot[2] if lead else slot[1]
+        slot = self._live_spare()
+        check = None if slot is None else slot.same_lead if lead else slot.same_hoisted
         if check is None or not check(arg):
             return None
-        self.h.saw(slot[0])
-        return spare.values, tuple(map(operator.call, slot[3]))  # alive: `arg` holds them
+        self.h.saw(slot.token)
+        return self.h.spare.values, tuple(map(operator.call, slot.passed))  # alive: `arg` holds them
 
     def _checks(self, args: tuple, kwargs: dict) -> tuple:
         """For the values of these arguments' hoisted leaves: their ids (None where the layout does
@@ -305,9 +318,8 @@ class HotPath:
         else:
             slow, tree = jax.tree_util.tree_flatten(hoisted)
             ids = tuple(map(id, slow))
-            slot = self.spare  # the second slot's arrays, in other containers?
-            in_spare = slot is not None and ids == slot[4] and tree == lay.tree
-            in_spare = in_spare and h.spare is not None and h.spare.ids is slot[0]
+            slot = self._live_spare()  # the second slot's arrays, in other containers?
+            in_spare = slot is not None and ids == slot.ids and tree == lay.tree
             if in_spare:
                 values = h.spare.values
             elif not (cached and ids == self.ids and tree == lay.tree):
@@ -318,7 +330,7 @@ class HotPath:
                 direct = own and h.wants_direct(ids, slow)
                 return opt._run_direct(self.entry, args, kwargs) if direct else MISS
             passed = lay.pick_passed(slow)
-            h.saw(slot[0] if in_spare else self.ids)
+            h.saw(slot.token if in_spare else self.ids)
         fast, fast_kw = lay.fast(args, kwargs)
         return self._run(values, passed, fast, fast_kw)
 
@@ -385,7 +397,7 @@ def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, lea
     # the cached values belong to this call's slow arrays (not so when one is a tracer)
     ids = tuple(map(id, h.pick_slow(leaves)))
     if h.spare_values(ids) is not None and entry.hot is not None:
-        if entry.hot.spare is None or entry.hot.spare[0] is not h.spare.ids:
+        if entry.hot.spare is None or entry.hot.spare.token is not h.spare.ids:
             entry.hot.refresh_spare(args, kwargs)  # the second slot's arrays: checked after the first's
         return
     if h.ids is None or h.ids != ids:

@@ -190,7 +190,7 @@ class HoistedCall:
         # shared into the second (no prologue run, no copy), so neither set evicts the other
         shared = self.sets > 1 and self.cache.values is not None and ids != self.cache.ids
         shared = shared and into is None and self.cache.held_elsewhere(ids) is not None
-        if (shared or into == (ids, "spare")) and ids != self.cache.ids:
+        if shared or (into == (ids, "spare") and ids != self.cache.ids):
             if self.spare is None:
                 self.spare = PrologueValues(self.cache.prologue, self.cache.group)
                 log.info("jaxrw: two parameter sets in turn: both kept (%d bytes)", 2 * self.nbytes)
