@@ -112,6 +112,23 @@ def get_aval(x: Any) -> Any:
     return _core.get_aval(x)  # pragma: no cover - jax < 0.6
 
 
+def single_device_sharding(device: Any) -> Any:
+    """The sharding of an array on `device` alone: jax >= 0.12.1 deprecates constructing
+    SingleDeviceSharding and makes it with make_single_device_sharding."""
+    make = getattr(jax.sharding, "make_single_device_sharding", None)
+    return make(device) if make is not None else jax.sharding.SingleDeviceSharding(device)
+
+
+def hidden_constant_bytes(lowered: Any) -> int:
+    """Bytes of the closed-over arrays that this JAX passes to a lowered jit as hidden arguments.
+    jax >= 0.12.1 does (`jax_use_simplified_jaxpr_constants`), so XLA's memory_analysis() counts
+    them among the arguments; earlier versions embed them in the program and count none."""
+    lowering = getattr(lowered, "_lowering", None)
+    consts = list(getattr(lowering, "const_args", ()) or ())
+    kept = getattr(lowering, "compile_args", {}).get("kept_var_idx")
+    return sum(int(getattr(c, "nbytes", 0)) for i, c in enumerate(consts) if kept is None or i in kept)
+
+
 def with_weak_type(x: Any, weak: bool) -> Any:
     """`x` (an array or tracer) marked weakly typed or not, its dtype unchanged. jax has no public
     way to make a value weak; lax's private converter (in 0.11 and 0.12) takes the flag."""

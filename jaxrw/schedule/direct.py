@@ -105,7 +105,7 @@ def direct_executor(
         why = [text for bad, text in refused if bad]
         if why:
             return None, why[0]
-        sharding = jax.sharding.SingleDeviceSharding(run._local_devices[0])
+        sharding = compat.single_device_sharding(run._local_devices[0])
         if any(a.sharding != sharding for a in args):  # the trusted ones are never checked again
             return None, "arguments on another device than the executable's"
         executor = DirectExecutor(compiled, run, [jax.typeof(a) for a in args], sharding, ArrayImpl, trusted)
