@@ -42,7 +42,12 @@ class DirectExecutor:
         self._execute = run.xla_executable.execute_sharded
         self._with_tokens = bool(run.has_unordered_effects or run.has_host_callbacks)
         self._handlers = run.out_handler.handlers
-        self._kept = sorted(run.kept_var_idx)
+        # jax >= 0.12.1 passes a function's closed-over arrays as hidden leading arguments; they are
+        # put on the device once here, as jax's own Compiled does (kept_var_idx counts them first)
+        consts = compiled._params.const_args
+        self._consts = list(compiled._executable.shard_const_args(consts)) if consts else []
+        hidden = len(self._consts)
+        self._kept = [i - hidden for i in sorted(run.kept_var_idx) if i >= hidden]
         self._all_kept = self._kept == list(range(len(avals)))
         self._signature = tuple((a.shape, a.dtype) for a in avals)
         self._checked = self._signature[: len(avals) - trusted]
@@ -63,6 +68,8 @@ class DirectExecutor:
             ):
                 return None
         bufs = list(args) if self._all_kept else [args[i] for i in self._kept]
+        if self._consts:
+            bufs[:0] = self._consts
         if self._with_tokens:
             results = self._execute(bufs, with_tokens=True)
             results.consume_token()  # nothing waits on it: outputs are waited for themselves
@@ -77,7 +84,7 @@ def direct_executor(
 ) -> tuple[DirectExecutor | None, str | None]:
     """(a DirectExecutor for `jitted` at the signature of `args`, None), or (None, why not) where
     the executable is not one it can call: several devices, ordered effects, state passed in or
-    out, constants passed as arguments, arguments that are not jax arrays on the executable's
+    out, arguments that are not jax arrays on the executable's
     device, jax's NaN/Inf checks on, or jax internals other than those of jax 0.12. `trusted`: as
     in DirectExecutor. Its runs are not among those `jax.effects_barrier()` waits for; their
     outputs are waited for as any array's."""
@@ -96,10 +103,6 @@ def direct_executor(
             (not isinstance(run, pxla.ExecuteReplicated), f"an executable of {type(run).__name__}"),
             (bool(getattr(run, "ordered_effects", None)), "ordered effects"),
             (getattr(run, "mut", None) is not None, "state passed in or out"),
-            (
-                bool(compiled._params.const_args),
-                f"{len(compiled._params.const_args)} constants passed as arguments",
-            ),
             (len(run._local_devices) != 1, f"{len(run._local_devices)} devices"),
         ]
         why = [text for bad, text in refused if bad]
@@ -137,8 +140,8 @@ class ThunkyProgram:
         self.jitted = jitted
         self.bound = tuple(bound)
         self.otherwise = otherwise
-        # memory_analysis() counts them as arguments; jax.jit keeps a function's constants in its
-        # executable, where it counts them not at all (timing.peak_bytes compares the two)
+        # memory_analysis() counts them as arguments; timing.memory_parts leaves them out, as it
+        # leaves out a jax.jit's own constants (embedded, or hidden arguments in jax >= 0.12.1)
         self.bound_bytes = sum(int(b.nbytes) for b in self.bound)
         self.__name__ = getattr(jitted, "__name__", "jaxrw_scheduled")
         self._direct: DirectExecutor | None = None

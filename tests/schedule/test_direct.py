@@ -55,6 +55,28 @@ def test_unused_arguments_are_dropped_as_jax_drops_them():
     np.testing.assert_array_equal(np.asarray(direct(x, u, y)), np.asarray(x - y))
 
 
+def test_closed_over_arrays_reach_the_executable_with_unused_arguments_dropped():
+    # jax >= 0.12.1 passes closed-over arrays over 1 KiB as hidden leading arguments (earlier
+    # versions embed them): the executor passes them too, and drops unused arguments after them
+    rng = np.random.default_rng(3)
+    w = jnp.asarray(rng.standard_normal((64, 5)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((5, 64)), jnp.float32)
+
+    def f(x, unused, y):
+        io_callback(lambda: None, None, ordered=False)
+        return jnp.tanh(x @ v @ w) - y
+
+    jitted = jax.jit(f)
+    x, u, y = _args(3)
+    direct, why = direct_executor(jitted, [x, u, y])
+    assert direct is not None, why
+    for seed in (4, 5):
+        x, u, y = _args(3, seed)
+        np.testing.assert_array_equal(np.asarray(direct(x, u, y)), np.asarray(jitted(x, u, y)))
+    want = np.tanh(np.asarray(x, np.float64) @ np.asarray(v, np.float64) @ np.asarray(w, np.float64))
+    np.testing.assert_allclose(np.asarray(direct(x, u, y)), want - np.asarray(y), rtol=1e-5, atol=1e-5)
+
+
 def test_arguments_it_cannot_take_return_none():
     jitted = _effectful(2)
     args = _args(2)
