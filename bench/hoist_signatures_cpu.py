@@ -10,7 +10,10 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
   batch size each step (new on every step: both signatures should go to jax.jit's program).
 - alternating_64: two parameter sets of 64 leaves in turn at one batch size; the second set's
   calls timed (before the thirty-third session it never stayed cached and ran jax.jit's program
-  behind the hoisted call's Python; now it has prologue values of its own, `HoistedCall.spare`).
+  behind the hoisted call's Python; now it has prologue values of its own, `HoistedCall.spares`).
+- rotation_4: four parameter sets of 64 leaves in turn (ensemble members, checkpoints), every
+  call timed (before the thirty-fourth session only two were kept: the third and fourth ran
+  jax.jit's program behind the hoisted call's Python).
 
     python bench/hoist_signatures_cpu.py [--repeats 7] [--json out.json]
 """
@@ -70,6 +73,8 @@ def _data(name: str) -> dict:
             "sets": [_params(10 + k, 2, 512) for k in range(20)],
             "x": (jnp.ones((4, 512)), jnp.ones((9, 512))),
         }
+    if name == "rotation_4":
+        return {"sets": [_params(110 + k, 32, 8) for k in range(4)], "x": (jnp.ones((2, 8)),)}
     return {"sets": (_params(100, 32, 8), _params(101, 32, 8)), "x": (jnp.ones((2, 8)),)}
 
 
@@ -83,10 +88,10 @@ def _pattern(name: str, fn, data: dict) -> tuple[list, list]:
         calls = [lambda p=p, x=x: fn(p, x) for p in sets for x in xs]
         return calls, calls
     calls = [lambda p=p: fn(p, xs[0]) for p in sets] * 20
-    return calls, calls[1::2]
+    return (calls, calls) if name == "rotation_4" else (calls, calls[1::2])
 
 
-PATTERNS = {"two_sets": 1, "train_eval": 2, "alternating_64": 32}  # name: weight pairs of f
+PATTERNS = {"two_sets": 1, "train_eval": 2, "alternating_64": 32, "rotation_4": 32}  # name: weight pairs of f
 
 
 def measure(name: str, repeats: int) -> dict:

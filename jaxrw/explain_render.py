@@ -51,8 +51,9 @@ def fmt_cost(x: float | None, model: str = "roofline") -> str:
 
 
 def hoisted_sets_text(sets: int) -> str:
-    """What a report's hoisted row adds where two parameter sets in turn may each keep values."""
-    return " (twice that for two parameter sets in turn)" if sets > 1 else ""
+    """What a report's hoisted row adds where several parameter sets in turn may each keep values."""
+    times = {2: "twice", 3: "three times", 4: "four times"}.get(sets, f"{sets} times")
+    return f" ({times} that for {sets} parameter sets in turn)" if sets > 1 else ""
 
 
 def fmt_bytes(n: int) -> str:

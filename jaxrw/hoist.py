@@ -208,8 +208,10 @@ def checker(snap: tuple) -> Callable[[Any], bool]:
 
 
 class _SpareChecks(NamedTuple):
-    """The quick path's checks of the arrays in a signature's second slot (HoistedCall.spare)."""
+    """The quick path's checks of the arrays in one of a signature's slots after the first
+    (HoistedCall.spares)."""
 
+    slot: Any  # that slot (a PrologueValues)
     token: tuple[int, ...]  # the slot's `ids` when checked: replaced when it is refilled or cleared
     same_hoisted: Callable[[Any], bool] | None  # as HotPath's, for these arrays
     same_lead: Callable[[Any], bool] | None
@@ -245,7 +247,7 @@ class HotPath:
         self.same_lead: Callable[[Any], bool] | None = None
         self.passed: list[weakref.ref] = []  # the hoisted leaves the main program reads
         self.own = _fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
-        self.spare: _SpareChecks | None = None  # the same for the arrays of the second slot
+        self.spares: list[_SpareChecks] = []  # the same for the arrays of the slots after the first
         self.displaced = False  # another signature's HotPath took the instance's quick path from it
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
@@ -253,29 +255,35 @@ class HotPath:
         self.ids, self.same_hoisted, self.same_lead, self.passed = self._checks(args, kwargs)
         self.h_ids = self.h.ids
 
-    def refresh_spare(self, args: tuple, kwargs: dict) -> None:
-        """Now in the second slot (HoistedCall.spare): the checks of these arguments' arrays, tried
-        after the first slot's."""
+    def refresh_spare(self, args: tuple, kwargs: dict, slot: Any) -> None:
+        """Now in `slot`, one after the first (HoistedCall.spares): the checks of these arguments'
+        arrays, tried after the first slot's."""
         ids, same_hoisted, same_lead, passed = self._checks(args, kwargs)
-        token = self.h.spare.ids
-        self.spare = _SpareChecks(token, same_hoisted, same_lead, passed, ids) if ids is not None else None
+        kept = [c for c in self.spares if c.slot is not slot]
+        if ids is not None:
+            kept.append(_SpareChecks(slot, slot.ids, same_hoisted, same_lead, passed, ids))
+        self.spares = kept
 
-    def _live_spare(self) -> _SpareChecks | None:
-        """The second slot's checks while that slot still holds the arrays they were made for
-        (not refilled, nor cleared because an array died)."""
-        slot, spare = self.spare, self.h.spare
-        live = slot is not None and spare is not None and spare.ids is slot.token and spare.values is not None
-        return slot if live else None
+    def checked_spare(self, slot: Any) -> bool:
+        """Whether `slot`'s arrays, as they are now, have checks here."""
+        return any(c.slot is slot and c.token is slot.ids for c in self.spares)
+
+    def _live_spares(self) -> list[_SpareChecks]:
+        """The checks of slots after the first that still hold the arrays they were made for (not
+        refilled, nor cleared because an array died)."""
+        return [c for c in self.spares if c.slot.ids is c.token and c.slot.values is not None]
 
     def from_spare(self, arg: Any, lead: bool) -> tuple[list, tuple] | None:
-        """The second slot's values and the leaves the main program reads, where `arg` holds that
-        slot's arrays (the first argument when `lead`, else the hoisted arguments); else None."""
-        slot = self._live_spare()
-        check = None if slot is None else slot.same_lead if lead else slot.same_hoisted
-        if check is None or not check(arg):
-            return None
-        self.h.saw(slot.token)
-        return self.h.spare.values, tuple(map(operator.call, slot.passed))  # alive: `arg` holds them
+        """The values of a slot after the first and the leaves the main program reads, where `arg`
+        holds that slot's arrays (the first argument when `lead`, else the hoisted arguments);
+        else None."""
+        for c in self.spares:
+            check = c.same_lead if lead else c.same_hoisted
+            values = c.slot.values
+            if check is not None and c.slot.ids is c.token and values is not None and check(arg):
+                self.h.saw(c.token)
+                return values, tuple(map(operator.call, c.passed))  # alive: `arg` holds them
+        return None
 
     def _checks(self, args: tuple, kwargs: dict) -> tuple:
         """For the values of these arguments' hoisted leaves: their ids (None where the layout does
@@ -318,10 +326,11 @@ class HotPath:
         else:
             slow, tree = jax.tree_util.tree_flatten(hoisted)
             ids = tuple(map(id, slow))
-            slot = self._live_spare()  # the second slot's arrays, in other containers?
-            in_spare = slot is not None and ids == slot.ids and tree == lay.tree
+            # a later slot's arrays, in other containers?
+            slot = next((c for c in self._live_spares() if c.ids == ids and tree == lay.tree), None)
+            in_spare = slot is not None
             if in_spare:
-                values = h.spare.values
+                values = slot.slot.values
             elif not (cached and ids == self.ids and tree == lay.tree):
                 # new slow arrays: this signature's policy decides where the other arguments are
                 # its own, else the call's signature on the full path (`structure_hit`)
@@ -371,8 +380,8 @@ class HotPath:
                     h.before, h.seen = h.seen, token
                 h.streak = 0
                 got = cache.values, (tuple(map(get, refs)) if refs else ())
-            elif not args or h.spare is None or (got := from_spare(args[0], lead=True)) is None:
-                return slow_call(opt, *args, **kwargs)  # not the arrays of either slot
+            elif not args or not h.spares or (got := from_spare(args[0], lead=True)) is None:
+                return slow_call(opt, *args, **kwargs)  # not the arrays of any slot
             try:
                 return call(*got, *args[1:], **kwargs)
             except ValueError as e:  # inside another jit's trace: no compiler options there
@@ -396,9 +405,10 @@ def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, lea
     opt._hot[(key[0], key[2])] = (entry, picker(fast), tuple(key[1][i] for i in fast))
     # the cached values belong to this call's slow arrays (not so when one is a tracer)
     ids = tuple(map(id, h.pick_slow(leaves)))
-    if h.spare_values(ids) is not None and entry.hot is not None:
-        if entry.hot.spare is None or entry.hot.spare.token is not h.spare.ids:
-            entry.hot.refresh_spare(args, kwargs)  # the second slot's arrays: checked after the first's
+    spare = h.spare_slot(ids)
+    if spare is not None and entry.hot is not None:
+        if not entry.hot.checked_spare(spare):
+            entry.hot.refresh_spare(args, kwargs, spare)  # a later slot's arrays: checked after the first's
         return
     if h.ids is None or h.ids != ids:
         return
@@ -488,7 +498,7 @@ def structure_hit(opt: Any, hot: tuple, leaves: list, key: Callable[[], tuple]) 
     ids = tuple(map(id, slow))
     same = tuple(map(leaf_key, fast(leaves))) == fast_keys
     values = (h.values if ids == h.ids else h.spare_values(ids)) if same else None
-    if values is not None:  # either slot's arrays
+    if values is not None:  # a slot's arrays
         h.saw(ids)
         return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):

@@ -19,10 +19,11 @@ import jax
 import jax.extend
 
 from . import compat
+from .rewrite.decode import MAX_SETS
 from .schedule.xla_modes import tuned_jit
 from .signature import leaf_key
 
-__all__ = ["HANDOFF_AFTER", "HoistedCall", "PrologueValues", "picker", "shared_prologue"]
+__all__ = ["HANDOFF_AFTER", "MAX_SETS", "HoistedCall", "PrologueValues", "picker", "shared_prologue"]
 
 log = logging.getLogger("jaxrw")
 
@@ -31,8 +32,8 @@ log = logging.getLogger("jaxrw")
 # outside jit), the signature runs jax.jit's program through jax's C++ dispatch (Optimized's
 # fast path): any Python per call costs 20-35 us on the H200 host measured (bench/HISTORY.md)
 HANDOFF_AFTER = 16
-# A set coming back may replace a full slot at most once per this many direct runs: three or more
-# sets in an uneven rotation otherwise evict each other, a prologue run every few calls
+# A set coming back may replace a full slot at most once per this many direct runs: more sets in
+# rotation than slots otherwise evict each other, a prologue run every few calls
 EVICT_AFTER = 8
 
 
@@ -56,14 +57,16 @@ class HoistedCall:
     as ordinary traced computation and are never cached. The cached values live in `cache`
     (PrologueValues: this signature's slot, grouped with those of the same prologue program).
 
-    Two fixed parameter sets in turn (two checkpoints, a model and its averaged weights): a set
-    that comes back after jax.jit's program ran for it, with another set's cached call between,
-    gets values of its own in a second slot (`spare`) where twice the values fit max_hoist_bytes
-    (`Hoisted.sets`), so both calls run hoisted. A set coming back while both slots are full
-    replaces one that neither of the last two sets called used, at most once per EVICT_AFTER
-    direct runs, so three or more sets in rotation keep two.
-    Before, the second set ran jax.jit's program behind the hoisted call's Python on every call
-    (1.33x of jax.jit's time for 64 small leaves on this project's CPU; 0.85x now)."""
+    Fixed parameter sets in turn (checkpoints, a model and its averaged weights, ensemble
+    members): a set that comes back while jax.jit's program ran for it lately (one of the last
+    `sets` sets it ran for, still alive), with another set's cached call between, gets values of
+    its own in an extra slot (`spares`) where the values fit max_hoist_bytes that many times
+    (`Hoisted.sets`, at most MAX_SETS), so every call runs hoisted. A set coming back while every
+    slot is full replaces one that neither of the last two sets called used, at most once per
+    EVICT_AFTER direct runs, so more sets in rotation than slots keep most of them.
+    Before, a second set ran jax.jit's program behind the hoisted call's Python on every call
+    (1.33x of jax.jit's time for 64 small leaves on this project's CPU; 0.85x with a second
+    slot), and so did a third and fourth in rotation (1.29x; bench/hoist_signatures_cpu.py)."""
 
     def __init__(self, hoisted: Any, donate: tuple[int, ...], mode: str = "xla", cache: Any = None):
         self.mode = mode  # XLA's schedule for the main program's top-level calls (schedule.xla_modes)
@@ -81,24 +84,34 @@ class HoistedCall:
         self.before: tuple[int, ...] | None = None  # and of the set called before that one
         self.seen_elsewhere: tuple[int, ...] | None = None  # of the last call at unbuilt shapes
         self.evicted_at = -EVICT_AFTER  # direct_runs when a set last replaced a full slot
-        self.sets = hoisted.sets  # parameter sets whose values may be kept at once (1 or 2)
-        self.spare: PrologueValues | None = None  # the second set's slot, made when one comes back
-        # the ids of the arrays jax.jit's program last ran for, and weak references to them: a set
-        # "comes back" only while those arrays live (a new set may take a dead one's ids)
-        self.last_direct: tuple[tuple[int, ...], list[weakref.ref]] | None = None
-        self.into: tuple[tuple[int, ...], str] | None = None  # a set come back: the slot it goes to
+        self.sets = hoisted.sets  # parameter sets whose values may be kept at once (1 to MAX_SETS)
+        self.spares: list[PrologueValues] = []  # slots after the first, made as sets come back
+        # the ids of the arrays jax.jit's program last ran for (the last `sets` sets, newest last),
+        # each with weak references to them: a set "comes back" only while its arrays live (a new
+        # set may take a dead one's ids)
+        self.last_direct: list[tuple[tuple[int, ...], list[weakref.ref]]] = []
+        # a set come back: the slot it goes to (0 the first, k the k-th spare, len(spares)+1 new)
+        self.into: tuple[tuple[int, ...], int] | None = None
         self.direct_runs = 0
         self.streak = 0  # direct runs in a row (HANDOFF_AFTER of them hand the signature to jax.jit)
 
     # the cache's state, read where one signature's view of it is meant
     ids = property(lambda self: self.cache.ids)
     values = property(lambda self: self.cache.values)
-    prologue_runs = property(lambda self: self.cache.runs + (self.spare.runs if self.spare else 0))
+    prologue_runs = property(lambda self: self.cache.runs + sum(s.runs for s in self.spares))
+    spare = property(lambda self: self.spares[0] if self.spares else None)  # the second slot
+
+    def spare_slot(self, ids: tuple[int, ...]) -> PrologueValues | None:
+        """The slot after the first that holds values for the arrays `ids`, if any."""
+        for slot in self.spares:
+            if slot.values is not None and slot.ids == ids:
+                return slot
+        return None
 
     def spare_values(self, ids: tuple[int, ...]) -> list[Any] | None:
-        """The second slot's values where they belong to the arrays `ids`."""
-        spare = self.spare
-        return spare.values if spare is not None and spare.values is not None and spare.ids == ids else None
+        """The values of a slot after the first where they belong to the arrays `ids`."""
+        slot = self.spare_slot(ids)
+        return None if slot is None else slot.values
 
     def run(self, leaves: list[Any] | tuple[Any, ...], values: list[Any], nested: bool = False) -> Any:
         """The main program; `nested`: inside another jit's trace (no compiler options there)."""
@@ -113,9 +126,23 @@ class HoistedCall:
         self.streak = 0
 
     def _came_back(self, ids: tuple[int, ...]) -> bool:
-        """Whether `ids` are those of the arrays jax.jit's program last ran for, still alive."""
-        last = self.last_direct
-        return last is not None and last[0] == ids and all(r() is not None for r in last[1])
+        """Whether `ids` are those of arrays jax.jit's program ran for lately, still alive."""
+        return any(i == ids and all(r() is not None for r in refs) for i, refs in self.last_direct)
+
+    def _slot_for(self, recent: tuple[Any, ...]) -> int | None:
+        """Where a set coming back goes: a free slot (a spare whose arrays died, or a new one while
+        there is room), else the first slot that none of the `recent` sets (the last two called)
+        used, at most once per EVICT_AFTER direct runs; None: it stays direct."""
+        slots = [self.cache, *self.spares]
+        free = [k for k, slot in enumerate(slots) if k and slot.values is None]
+        if free or len(slots) < self.sets:
+            return free[0] if free else len(slots)
+        if self.direct_runs - self.evicted_at < EVICT_AFTER:
+            return None
+        unused = [k for k, slot in enumerate(slots) if slot.ids not in recent]
+        if unused:
+            self.evicted_at = self.direct_runs
+        return unused[0] if unused else None
 
     def wants_direct(self, ids: tuple[int, ...], slow: Any, own: bool = True) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
@@ -144,20 +171,19 @@ class HoistedCall:
             self.streak = 0
             return False
         if self.sets > 1 and ids != seen and self.cache.values is not None and self._came_back(ids):
-            # back after jax.jit's program ran for it, another set's call between: sets in turn. It
-            # takes the second slot if free, else the slot of neither of the last two sets called,
-            # at most once per EVICT_AFTER direct runs (three or more sets in turn keep two)
-            spare_ids = self.spare.ids if self.spare is not None else None
-            slot, unused = ("main", self.cache.ids) if seen == spare_ids else ("spare", spare_ids)
-            if spare_ids is None or (unused != before and self.direct_runs - self.evicted_at >= EVICT_AFTER):
-                if spare_ids is not None:
-                    self.evicted_at = self.direct_runs
-                self.into, self.last_direct, self.streak = (ids, slot), None, 0
+            # back after jax.jit's program ran for it lately, another set's call between: sets in
+            # turn. It takes a free slot, else one of neither of the last two sets called
+            # (`_slot_for`: more sets in turn than slots keep most of them)
+            slot = self._slot_for((seen, before))
+            if slot is not None:
+                self.last_direct = [d for d in self.last_direct if d[0] != ids]
+                self.into, self.streak = (ids, slot), 0
                 return False
         direct = self.cache.fills > 0 and ids != seen
         self.direct_runs += direct
         if direct:
-            self.last_direct = ids, [weakref.ref(x) for x in slow if isinstance(x, jax.Array)]
+            recent = [d for d in self.last_direct if d[0] != ids][-(self.sets - 1) :] if self.sets > 1 else []
+            self.last_direct = [*recent, (ids, [weakref.ref(x) for x in slow if isinstance(x, jax.Array)])]
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
         # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
         self.streak = (1 if seen == self.ids else self.streak + 1) if direct else 0
@@ -177,7 +203,7 @@ class HoistedCall:
 
     def values_for(self, slow: list[Any]) -> list[Any]:
         """The prologue's values for the concrete slow leaves `slow` (`PrologueValues.values_for`):
-        from the second slot where it holds them or a set that came back is to go there
+        from a slot after the first where one holds them or a set that came back is to go there
         (`wants_direct`), else from the first; a call on them starts a run of calls on new
         arrays again."""
         ids = tuple(map(id, slow))
@@ -186,16 +212,21 @@ class HoistedCall:
         if values is not None:
             return values
         into, self.into = self.into, None
+        slot = into[1] if into is not None and into[0] == ids and ids != self.cache.ids else 0
         # another signature's values for these arrays, while the first slot holds another set:
-        # shared into the second (no prologue run, no copy), so neither set evicts the other
+        # shared into a free slot, else the second (no prologue run, no copy), so that neither
+        # set evicts the other
         shared = self.sets > 1 and self.cache.values is not None and ids != self.cache.ids
-        shared = shared and into is None and self.cache.held_elsewhere(ids) is not None
-        if shared or (into == (ids, "spare") and ids != self.cache.ids):
-            if self.spare is None:
-                self.spare = PrologueValues(self.cache.prologue, self.cache.group)
-                log.info("jaxrw: two parameter sets in turn: both kept (%d bytes)", 2 * self.nbytes)
-            return self.spare.values_for(slow)
-        return self.cache.values_for(slow)
+        if shared and into is None and self.cache.held_elsewhere(ids) is not None:
+            slot = next((k + 1 for k, s in enumerate(self.spares) if s.values is None), None)
+            slot = slot or (len(self.spares) + 1 if len(self.spares) + 1 < self.sets else 1)
+        if slot == 0:
+            return self.cache.values_for(slow)
+        if slot > len(self.spares):
+            self.spares.append(PrologueValues(self.cache.prologue, self.cache.group))
+            n = len(self.spares) + 1
+            log.info("jaxrw: %d parameter sets in turn: each kept (%d bytes)", n, n * self.nbytes)
+        return self.spares[slot - 1].values_for(slow)
 
 
 class PrologueValues:

@@ -1,8 +1,9 @@
-"""Two fixed parameter sets called in turn on one hoisted signature (two checkpoints, a model
-and its averaged weights at evaluation): the set that comes back after jax.jit's program ran for
-it gets prologue values of its own (`HoistedCall.spare`) where twice the values fit
-max_hoist_bytes, and both are served by the quick path; a third set never makes the prologue run
-on every call, with one signature or several."""
+"""Fixed parameter sets called in turn on one hoisted signature (two checkpoints, a model and its
+averaged weights at evaluation, ensemble members): a set that comes back after jax.jit's program
+ran for it gets prologue values of its own (`HoistedCall.spares`) while the values fit
+max_hoist_bytes that many times (at most MAX_SETS), and all are served by the quick path; a set
+more than there is room for never makes the prologue run on every call, with one signature or
+several."""
 
 from __future__ import annotations
 
@@ -13,13 +14,20 @@ import numpy as np
 import pytest
 
 import jaxrw
-from jaxrw.prologue import HoistedCall
+from jaxrw.prologue import MAX_SETS, HoistedCall
 from tests.test_hoist import _call, _params, _x, f
 from tests.test_hoist_call_class import _served
 
 
 def _check(opt, p, x):
     np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+
+
+def _room_for(sets: int) -> int:
+    """max_hoist_bytes that keeps the values of `sets` parameter sets of `f`, not one more."""
+    probe = jaxrw.optimize(f, hoist_argnums=0)
+    probe(_params(299), _x(299))
+    return (sets + 1) * _call(probe).nbytes - 1
 
 
 def _no_full_path(monkeypatch, opt):
@@ -80,18 +88,20 @@ def test_without_room_for_two_sets_the_second_runs_jax_jit():
     a, b, x = _params(340), _params(341), _x(342)
     probe = jaxrw.optimize(f, hoist_argnums=0)
     probe(a, x)
-    nbytes = _call(probe).nbytes
-    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=2 * nbytes - 1)  # room for one set
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=_room_for(1))
     for _ in range(3):
         for p in (a, b):
             _check(opt, p, x)
     call = _call(opt)
-    assert (call.prologue_runs, call.direct_runs, call.spare) == (1, 3, None)
-    assert "twice that" in repr(probe.report(a, x)) and "twice that" not in repr(opt.report(a, x))
+    assert (call.prologue_runs, call.direct_runs, call.spares) == (1, 3, [])
+    assert f"four times that for {MAX_SETS} parameter sets" in repr(probe.report(a, x))
+    assert "that for" not in repr(opt.report(a, x))
+    two = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=_room_for(2))
+    assert "twice that for 2 parameter sets" in repr(two.report(a, x))
 
 
 def test_a_set_coming_back_replaces_the_one_used_less_recently():
-    opt = jaxrw.optimize(f, hoist_argnums=0)
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=_room_for(2))
     a, b, c, x = _params(350), _params(351), _params(352), _x(353)
     for p in (a, b, a, b):  # a in the first slot, b in the second
         _check(opt, p, x)
@@ -107,14 +117,45 @@ def test_a_set_coming_back_replaces_the_one_used_less_recently():
     assert call.prologue_runs == runs
 
 
-def test_three_sets_in_turn_never_run_the_prologue_per_call():
+@pytest.mark.parametrize("n", [3, MAX_SETS])
+def test_sets_in_turn_each_run_on_values_of_their_own_while_they_fit(monkeypatch, n):
+    # ensemble members or checkpoints called in a loop: each comes back after jax.jit's program
+    # ran for it once, and takes a slot of its own (before, only the last set run directly
+    # counted as coming back: the third and fourth of a rotation ran jax.jit's program behind
+    # the hoisted call's Python on every call, 1.29x of jax.jit's time on this project's CPU)
     opt = jaxrw.optimize(f, hoist_argnums=0)
-    sets, x = [_params(360 + i) for i in range(3)], _x(363)
+    sets, x = [_params(360 + i) for i in range(n)], _x(359)
+    for _ in range(2):
+        for p in sets:
+            _check(opt, p, x)
+    call = _call(opt)
+    assert (call.prologue_runs, call.direct_runs, len(call.spares)) == (n, n - 1, n - 1)
+    _no_full_path(monkeypatch, opt)
+    for i in range(3):
+        for p in sets:
+            _check(opt, p, x + i)
+            assert _served(opt)
+
+
+def test_more_sets_in_turn_than_slots_never_run_the_prologue_per_call():
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=_room_for(2))
+    sets, x = [_params(365 + i) for i in range(3)], _x(368)
     for _ in range(5):
         for p in sets:
             _check(opt, p, x)
     call = _call(opt)
-    assert call.prologue_runs == 1 and call.direct_runs == 10  # the first set hoisted, the others direct
+    # two sets hoisted; the third runs jax.jit's program, and takes no slot from the others
+    assert (call.prologue_runs, call.direct_runs) == (2, 2 + 4)  # the third: once a round after the first
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    sets = [_params(370 + i) for i in range(MAX_SETS + 1)]
+    for _ in range(5):
+        for p in sets:
+            _check(opt, p, x)
+    call = _call(opt)
+    # every slot filled in the second round, and one replaced there by the last set (the first
+    # replacement, EVICT_AFTER direct runs apart from none); from then on the set left out runs
+    # jax.jit's program once a round (rounds three to five), and replaces no slot again
+    assert (call.prologue_runs, call.direct_runs) == (MAX_SETS + 1, MAX_SETS + 3)
 
 
 def test_new_parameters_twice_in_a_row_still_replace_the_first_slot():
@@ -194,7 +235,7 @@ def test_single_use_sets_at_recycled_ids_do_not_count_as_coming_back():
 def test_a_third_set_joining_two_kept_ones_runs_jax_jit():
     # both slots in use by sets called lately: a third set in the rotation replaces neither
     # (found by a review: a prologue run every fourth call, for good)
-    opt = jaxrw.optimize(f, hoist_argnums=0)
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=_room_for(2))
     a, b, c, x = _params(410), _params(411), _params(412), _x(413)
     for p in (a, b, a, b):
         _check(opt, p, x)
@@ -212,7 +253,7 @@ def test_a_third_set_joining_two_kept_ones_runs_jax_jit():
 def _fills(opt) -> int:
     """Times values were put in any slot of any signature (a prologue run or another's values)."""
     calls = [e.call for e in opt._cache.values() if isinstance(e.call, HoistedCall)]
-    return sum(c.cache.fills + (c.spare.fills if c.spare else 0) for c in calls)
+    return sum(c.cache.fills + sum(s.fills for s in c.spares) for c in calls)
 
 
 def test_sets_at_their_own_batch_sizes_in_turn_do_not_rebuild_the_quick_path(monkeypatch):

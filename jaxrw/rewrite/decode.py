@@ -200,6 +200,11 @@ def _flatten_concats(view: EGraphView, choice: dict[str, str], node: Node) -> li
             return [left, *reversed(rights)]
 
 
+# Parameter sets one hoisted signature keeps values for at once, where they fit max_hoist_bytes: a
+# few checkpoints or ensemble members called in turn (each set is one more copy of the values)
+MAX_SETS = 4
+
+
 @dataclass
 class Hoisted:
     """The program split for hoisting: `prologue(*slow_leaves)` computes the values that depend
@@ -214,7 +219,13 @@ class Hoisted:
     n_values: int
     main_args: tuple[int, ...]  # the leaves main reads, in order
     main_used: Callable[..., list[Any]]
-    sets: int = 1  # parameter sets whose values max_hoist_bytes lets be kept at once (1 or 2)
+    sets: int = 1  # parameter sets whose values may be kept at once (`fit`: 1 to MAX_SETS)
+
+    def fit(self, max_bytes: int) -> int:
+        """Sets the number of parameter sets whose values fit `max_bytes` together (at least one:
+        the caller checked that one fits), at most MAX_SETS, and returns it."""
+        self.sets = MAX_SETS if self.nbytes <= 0 else max(1, min(MAX_SETS, max_bytes // self.nbytes))
+        return self.sets
 
 
 def decode(

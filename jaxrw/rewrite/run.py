@@ -478,8 +478,8 @@ def rewrite_jaxpr(
         report.phase_s["decode"] = time.perf_counter() - t
         return again(**same, _note=report.hoist_note)
     report.hoisted_bytes = hoisted.nbytes if hoisted is not None else 0
-    if hoisted is not None:  # a second parameter set in turn gets values of its own if both fit
-        hoisted.sets = report.hoisted_sets = 2 if 2 * hoisted.nbytes <= max_hoist_bytes else 1
+    if hoisted is not None:  # parameter sets in turn get values of their own while they fit
+        report.hoisted_sets = hoisted.fit(max_hoist_bytes)
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True
     log.debug("decode: rewritten program built in %.1f ms", report.phase_s["decode"] * 1e3)
