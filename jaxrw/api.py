@@ -513,6 +513,7 @@ class Optimized(Stages):
 
         t_schedule = time.perf_counter()  # auto's timing of candidate schedules: a phase of its own
         if hoisted is not None:  # the main program stays a plain jit behind the identity check
+            report.hoisted_sets = hoisted.fit(self.max_hoist_bytes)  # autotune's winner decoded again
             mode, why = choice.for_hoisted(self.schedule, hoisted, leaves, self.schedule_memory_slack)
             call = HoistedCall(hoisted, donate, mode, shared_prologue(self._prologues, hoisted, leaves))
             report.schedule = f"{mode}: {why}"

@@ -23,7 +23,15 @@ from .rewrite.decode import MAX_SETS
 from .schedule.xla_modes import tuned_jit
 from .signature import leaf_key
 
-__all__ = ["HANDOFF_AFTER", "MAX_SETS", "HoistedCall", "PrologueValues", "picker", "shared_prologue"]
+__all__ = [
+    "EVICT_AFTER",
+    "HANDOFF_AFTER",
+    "MAX_SETS",
+    "HoistedCall",
+    "PrologueValues",
+    "picker",
+    "shared_prologue",
+]
 
 log = logging.getLogger("jaxrw")
 
@@ -63,7 +71,8 @@ class HoistedCall:
     its own in an extra slot (`spares`) where the values fit max_hoist_bytes that many times
     (`Hoisted.sets`, at most MAX_SETS), so every call runs hoisted. A set coming back while every
     slot is full replaces one that neither of the last two sets called used, at most once per
-    EVICT_AFTER direct runs, so more sets in rotation than slots keep most of them.
+    EVICT_AFTER direct runs: more sets in rotation than slots never run the prologue per call,
+    but the sets kept may be few (six sets in turn with four slots keep one).
     Before, a second set ran jax.jit's program behind the hoisted call's Python on every call
     (1.33x of jax.jit's time for 64 small leaves on this project's CPU; 0.85x with a second
     slot), and so did a third and fourth in rotation (1.29x; bench/hoist_signatures_cpu.py)."""
@@ -130,19 +139,20 @@ class HoistedCall:
         return any(i == ids and all(r() is not None for r in refs) for i, refs in self.last_direct)
 
     def _slot_for(self, recent: tuple[Any, ...]) -> int | None:
-        """Where a set coming back goes: a free slot (a spare whose arrays died, or a new one while
-        there is room), else the first slot that none of the `recent` sets (the last two called)
+        """Where a set coming back goes: a free slot (one whose arrays died, or a new one while
+        there is room), else the newest slot that none of the `recent` sets (the last two called)
         used, at most once per EVICT_AFTER direct runs; None: it stays direct."""
         slots = [self.cache, *self.spares]
-        free = [k for k, slot in enumerate(slots) if k and slot.values is None]
+        free = [k for k, slot in enumerate(slots) if slot.values is None]  # the first slot too
         if free or len(slots) < self.sets:
             return free[0] if free else len(slots)
         if self.direct_runs - self.evicted_at < EVICT_AFTER:
             return None
+        # the newest such slot: the first holds the set called most often (the one cached first)
         unused = [k for k, slot in enumerate(slots) if slot.ids not in recent]
         if unused:
             self.evicted_at = self.direct_runs
-        return unused[0] if unused else None
+        return unused[-1] if unused else None
 
     def wants_direct(self, ids: tuple[int, ...], slow: Any, own: bool = True) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
@@ -170,7 +180,7 @@ class HoistedCall:
         if held:  # in a slot of this prologue: no prologue run
             self.streak = 0
             return False
-        if self.sets > 1 and ids != seen and self.cache.values is not None and self._came_back(ids):
+        if self.sets > 1 and ids != seen and self._came_back(ids):
             # back after jax.jit's program ran for it lately, another set's call between: sets in
             # turn. It takes a free slot, else one of neither of the last two sets called
             # (`_slot_for`: more sets in turn than slots keep most of them)
@@ -214,12 +224,15 @@ class HoistedCall:
         into, self.into = self.into, None
         slot = into[1] if into is not None and into[0] == ids and ids != self.cache.ids else 0
         # another signature's values for these arrays, while the first slot holds another set:
-        # shared into a free slot, else the second (no prologue run, no copy), so that neither
-        # set evicts the other
+        # shared into a free slot (no prologue run, no copy), so that neither set evicts the
+        # other; with none free, used as they are, kept in no slot of this signature
         shared = self.sets > 1 and self.cache.values is not None and ids != self.cache.ids
-        if shared and into is None and self.cache.held_elsewhere(ids) is not None:
+        elsewhere = self.cache.held_elsewhere(ids) if shared and into is None else None
+        if elsewhere is not None:
             slot = next((k + 1 for k, s in enumerate(self.spares) if s.values is None), None)
-            slot = slot or (len(self.spares) + 1 if len(self.spares) + 1 < self.sets else 1)
+            slot = slot or (len(self.spares) + 1 if len(self.spares) + 1 < self.sets else None)
+            if slot is None:
+                return elsewhere
         if slot == 0:
             return self.cache.values_for(slow)
         if slot > len(self.spares):

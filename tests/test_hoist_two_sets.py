@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jaxrw
-from jaxrw.prologue import MAX_SETS, HoistedCall
+from jaxrw.prologue import EVICT_AFTER, MAX_SETS, HoistedCall
 from tests.test_hoist import _call, _params, _x, f
 from tests.test_hoist_call_class import _served
 
@@ -326,3 +326,41 @@ def test_new_sets_at_a_shape_with_no_signature_leave_the_signature_state_alone()
 
 def _runs(opt) -> int:
     return sum(e.call.prologue_runs for e in opt._cache.values() if isinstance(e.call, HoistedCall))
+
+
+def test_a_set_reloaded_into_the_first_slot_is_kept_again():
+    # the first slot's arrays die (a checkpoint reloaded): the reloaded set takes that slot once
+    # it comes back (found by a review: the first slot stayed empty and the set ran jax.jit's
+    # program on every call, as did every set reloaded after it)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    sets, x = [_params(420 + i) for i in range(3)], _x(424)
+    for _ in range(2):
+        for p in sets:
+            _check(opt, p, x)
+    call = _call(opt)
+    first = call.ids
+    for k in range(3):
+        sets[k] = jax.tree.map(lambda w: w * 1.5, sets[k])
+        gc.collect()
+        direct = call.direct_runs
+        for _ in range(4):
+            for p in sets:
+                _check(opt, p, x)
+        assert call.direct_runs - direct == 1  # once, then back in the slot that was freed
+        assert all(s.values is not None for s in [call.cache, *call.spares])
+    assert call.ids != first
+
+
+def test_a_full_slot_is_taken_from_a_later_set_not_the_one_cached_first():
+    # A called half the time, B to E once a round, four slots: E replaces a later slot, never A's
+    # (found by a review: A's slot went to E, and A took it back, two prologue runs a cycle)
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    sets, x = {k: _params(430 + i) for i, k in enumerate("ABCDE")}, _x(436)
+    for _ in range(20):
+        for k in "AAAABCDE":
+            _check(opt, sets[k], x)
+    call = _call(opt)
+    a = tuple(map(id, call.pick_slow(jax.tree.leaves(sets["A"]))))
+    assert call.ids == a and call.cache.runs == 1  # A kept in the first slot from its first call
+    # E and the set it displaced take turns in a later slot, at most once per EVICT_AFTER direct runs
+    assert call.prologue_runs - MAX_SETS <= call.direct_runs // EVICT_AFTER + 1
