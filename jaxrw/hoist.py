@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import jax
 
 from . import compat
+from .identity import checker, snapshot  # re-exported: the quick path's checks
 from .options import param_names
 from .prologue import HANDOFF_AFTER, HoistedCall, picker
 from .schedule.xla_modes import is_nested_options_error, tuned_jit, without_frame
@@ -42,6 +43,9 @@ class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
 
 MISS = object()  # HotPath could not take the call: the full call path does
 DIRECT = object()  # run_proven: jax.jit's program runs this call (Optimized._run_direct)
+# Hoisted signatures of one pytree structure whose calls on cached arrays skip the full call path
+# (`structure_hit`): batch sizes or cache lengths in turn, each with its parameter sets
+HOT_SIGNATURES = 4
 
 
 class _Layout:
@@ -153,58 +157,6 @@ def _with_hoisted(fast: tuple, fast_kw: dict, hoisted: dict[int | str, Any]) -> 
     it = iter(fast)
     args = tuple(hoisted[i] if i in hoisted else next(it) for i in range(n))
     return args, {**fast_kw, **{k: v for k, v in hoisted.items() if isinstance(k, str)}}
-
-
-# kinds of `snapshot` nodes
-_LEAF, _NONE, _DICT, _DICT_OF_LEAVES, _SEQ, _SEQ_OF_LEAVES = range(6)
-
-
-def snapshot(tree: Any) -> tuple | None:
-    """What `checker` compares a later call's arguments with: the identity of every jax array in
-    `tree` and the containers around them (dicts with string keys, lists, tuples, None). None
-    for any other pytree node (a custom class may change inside; those calls are flattened)."""
-    if isinstance(tree, jax.Array) and not compat.is_tracer(tree):
-        return (_LEAF, id(tree))
-    if tree is None:
-        return (_NONE,)
-    if type(tree) is dict and all(type(k) is str for k in tree):
-        kind, kids = (_DICT_OF_LEAVES, _DICT), tuple(map(snapshot, tree.values()))
-        head: Any = tuple(tree)
-    elif type(tree) in (list, tuple):
-        kind, kids, head = (_SEQ_OF_LEAVES, _SEQ), tuple(map(snapshot, tree)), type(tree)
-    else:
-        return None
-    if any(k is None for k in kids):
-        return None
-    if all(k[0] == _LEAF for k in kids):
-        return (kind[0], head, tuple(k[1] for k in kids))
-    return (kind[1], head, kids)
-
-
-def checker(snap: tuple) -> Callable[[Any], bool]:
-    """A function telling whether a tree holds the same objects as when `snap` was taken, so that
-    flattening it would give the same leaves and structure: one closure per container, made once,
-    each comparing its leaves' identities in one list (no flattening: that costs ~10 µs for a
-    56-leaf parameter dict on this project's CPU, as it sorts the keys; the check of NasRNN's 16
-    leaves in a dict of two lists takes ~1 µs)."""
-    kind, call = snap[0], operator.call
-    if kind == _LEAF:
-        leaf = snap[1]
-        return lambda t: id(t) == leaf
-    if kind == _NONE:
-        return lambda t: t is None
-    if kind == _DICT_OF_LEAVES:
-        keys, ids = snap[1], list(snap[2])
-        return lambda t: type(t) is dict and tuple(t) == keys and [id(x) for x in t.values()] == ids
-    if kind == _SEQ_OF_LEAVES:
-        kind_of, ids = snap[1], list(snap[2])
-        return lambda t: type(t) is kind_of and [id(x) for x in t] == ids
-    kids = tuple(map(checker, snap[2]))
-    if kind == _DICT:
-        keys = snap[1]
-        return lambda t: type(t) is dict and tuple(t) == keys and all(map(call, kids, t.values()))
-    kind_of, n = snap[1], len(kids)
-    return lambda t: type(t) is kind_of and len(t) == n and all(map(call, kids, t))
 
 
 class _SpareChecks(NamedTuple):
@@ -397,12 +349,16 @@ class HotPath:
 
 def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leaves: list) -> None:
     """After a call of a hoisted signature that left its prologue values cached: the signature's
-    structure is remembered (`Optimized._hot`) and, where the values belong to this call's slow
-    arrays, its HotPath is refreshed for them and made the instance's quick path."""
+    structure is remembered (`Optimized._hot`: the last HOT_SIGNATURES of it, newest first) and,
+    where the values belong to this call's slow arrays, its HotPath is refreshed for them and made
+    the instance's quick path."""
     h = entry.call
     slow = set(h.slow)
     fast = tuple(i for i in range(len(leaves)) if i not in slow)
-    opt._hot[(key[0], key[2])] = (entry, picker(fast), tuple(key[1][i] for i in fast))
+    structure = (key[0], key[2])
+    others = [hot for hot in opt._hot.get(structure, ()) if hot[0] is not entry]
+    newest = (entry, picker(fast), tuple(key[1][i] for i in fast))
+    opt._hot[structure] = [newest, *others][:HOT_SIGNATURES]
     # the cached values belong to this call's slow arrays (not so when one is a tracer)
     ids = tuple(map(id, h.pick_slow(leaves)))
     spare = h.spare_slot(ids)
@@ -485,25 +441,46 @@ def run_proven(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
     return h(*leaves)
 
 
-def structure_hit(opt: Any, hot: tuple, leaves: list, key: Callable[[], tuple]) -> Any:
-    """A call whose pytree structure and statics a hoisted signature was last called with
-    (`Optimized._hot`: that signature, its fast leaves' picker and keys): its result where the
-    shapes are its own and its slow arrays are cached; DIRECT where the arrays are new and its
-    policy sends the call to jax.jit's program (for the call's shapes when they are that
-    signature's, or when no signature is built for them yet, `key()`: new parameters with
-    new shapes on every call then build nothing); else MISS, for the full call path."""
-    entry, fast, fast_keys = hot
+def structure_hit(
+    opt: Any, hots: list, leaves: list, key: Callable[[], tuple], args: tuple, kwargs: dict
+) -> Any:
+    """A call whose pytree structure and statics hoisted signatures were lately called with
+    (`Optimized._hot`: each signature, its fast leaves' picker and keys, newest first): its result
+    where the shapes are one's and its slow arrays are cached in a slot of that one; jax.jit's
+    program where the arrays are new and the policy of that signature (or of the newest, when no
+    signature is built for the call's shapes yet, `key()`: new parameters with new shapes on
+    every call then build nothing) sends the call there; else MISS, for the full call path."""
+    match = next((hot for hot in hots if tuple(map(leaf_key, hot[1](leaves))) == hot[2]), None)
+    entry = (match or hots[0])[0]
+    same = match is not None
     h = entry.call
     slow = h.pick_slow(leaves)
     ids = tuple(map(id, slow))
-    same = tuple(map(leaf_key, fast(leaves))) == fast_keys
     values = (h.values if ids == h.ids else h.spare_values(ids)) if same else None
-    if values is not None:  # a slot's arrays
-        h.saw(ids)
-        return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
+    if values is not None:  # a slot's arrays: through the signature's HotPath where it has one
+        return _cached_run(opt, entry, leaves, ids, values, args, kwargs)
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
-    return DIRECT if h.wants_direct(ids, slow, own=same) else MISS
+    return opt._run_direct(entry, args, kwargs) if h.wants_direct(ids, slow, own=same) else MISS
+
+
+def _cached_run(opt: Any, entry: Any, leaves: list, ids: tuple, values: list, args: tuple, kwargs: dict):
+    """structure_hit's result for arrays cached in a slot: through the signature's HotPath, whose
+    jit its first call compiled (the plain run's would compile the main program again), where
+    that path's checks are those of the slot's arrays now; through the plain run where the
+    signature has no usable HotPath (its first call compiled that one); else MISS (the full
+    call path refreshes the HotPath)."""
+    h, hot = entry.call, entry.hot
+    if hot is None or hot.ids is None:
+        h.saw(ids)
+        return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
+    synced = hot.h_ids is h.ids if ids == h.ids else hot.checked_spare(h.spare_slot(ids))
+    if not synced:
+        return MISS
+    try:
+        return hot(opt, args, kwargs)
+    except NotHot:  # not expected at the signature's own shapes: the full call path decides
+        return MISS
 
 
 def hoisted_as_passed(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[str, ...]]:

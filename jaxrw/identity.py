@@ -1,0 +1,66 @@
+"""Identity checks of a pytree of jax arrays without flattening it: the hoisted quick path
+(hoist.HotPath) asks on every call whether the hoisted arguments still hold the arrays its cached
+values belong to, and flattening a parameter dict costs more than the rest of that call."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from . import compat
+
+__all__ = ["checker", "snapshot"]
+
+# kinds of `snapshot` nodes
+_LEAF, _NONE, _DICT, _DICT_OF_LEAVES, _SEQ, _SEQ_OF_LEAVES = range(6)
+
+
+def snapshot(tree: Any) -> tuple | None:
+    """What `checker` compares a later call's arguments with: the identity of every jax array in
+    `tree` and the containers around them (dicts with string keys, lists, tuples, None). None
+    for any other pytree node (a custom class may change inside; those calls are flattened)."""
+    if isinstance(tree, jax.Array) and not compat.is_tracer(tree):
+        return (_LEAF, id(tree))
+    if tree is None:
+        return (_NONE,)
+    if type(tree) is dict and all(type(k) is str for k in tree):
+        kind, kids = (_DICT_OF_LEAVES, _DICT), tuple(map(snapshot, tree.values()))
+        head: Any = tuple(tree)
+    elif type(tree) in (list, tuple):
+        kind, kids, head = (_SEQ_OF_LEAVES, _SEQ), tuple(map(snapshot, tree)), type(tree)
+    else:
+        return None
+    if any(k is None for k in kids):
+        return None
+    if all(k[0] == _LEAF for k in kids):
+        return (kind[0], head, tuple(k[1] for k in kids))
+    return (kind[1], head, kids)
+
+
+def checker(snap: tuple) -> Callable[[Any], bool]:
+    """A function telling whether a tree holds the same objects as when `snap` was taken, so that
+    flattening it would give the same leaves and structure: one closure per container, made once,
+    each comparing its leaves' identities in one list (no flattening: that costs ~10 µs for a
+    56-leaf parameter dict on this project's CPU, as it sorts the keys; the check of NasRNN's 16
+    leaves in a dict of two lists takes ~1 µs)."""
+    kind, call = snap[0], operator.call
+    if kind == _LEAF:
+        leaf = snap[1]
+        return lambda t: id(t) == leaf
+    if kind == _NONE:
+        return lambda t: t is None
+    if kind == _DICT_OF_LEAVES:
+        keys, ids = snap[1], list(snap[2])
+        return lambda t: type(t) is dict and tuple(t) == keys and [id(x) for x in t.values()] == ids
+    if kind == _SEQ_OF_LEAVES:
+        kind_of, ids = snap[1], list(snap[2])
+        return lambda t: type(t) is kind_of and [id(x) for x in t] == ids
+    kids = tuple(map(checker, snap[2]))
+    if kind == _DICT:
+        keys = snap[1]
+        return lambda t: type(t) is dict and tuple(t) == keys and all(map(call, kids, t.values()))
+    kind_of, n = snap[1], len(kids)
+    return lambda t: type(t) is kind_of and len(t) == n and all(map(call, kids, t))
