@@ -14,6 +14,9 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
 - rotation_4: four parameter sets of 64 leaves in turn (ensemble members, checkpoints), every
   call timed (before the thirty-fourth session only two were kept: the third and fourth ran
   jax.jit's program behind the hoisted call's Python).
+- sets_two_sizes: three parameter sets of 64 leaves, each called at two batch sizes, in turn
+  (before the thirty-fourth session the structure lookup remembered one signature, so every call
+  took the full call path).
 
     python bench/hoist_signatures_cpu.py [--repeats 7] [--json out.json]
 """
@@ -75,6 +78,9 @@ def _data(name: str) -> dict:
         }
     if name == "rotation_4":
         return {"sets": [_params(110 + k, 32, 8) for k in range(4)], "x": (jnp.ones((2, 8)),)}
+    if name == "sets_two_sizes":
+        sizes = (jnp.ones((2, 8)), jnp.ones((5, 8)))
+        return {"sets": [_params(120 + k, 32, 8) for k in range(3)], "x": sizes}
     return {"sets": (_params(100, 32, 8), _params(101, 32, 8)), "x": (jnp.ones((2, 8)),)}
 
 
@@ -87,11 +93,15 @@ def _pattern(name: str, fn, data: dict) -> tuple[list, list]:
     if name == "train_eval":
         calls = [lambda p=p, x=x: fn(p, x) for p in sets for x in xs]
         return calls, calls
+    if name == "sets_two_sizes":
+        calls = [lambda p=p, x=x: fn(p, x) for p in sets for x in xs] * 10
+        return calls, calls
     calls = [lambda p=p: fn(p, xs[0]) for p in sets] * 20
     return (calls, calls) if name == "rotation_4" else (calls, calls[1::2])
 
 
-PATTERNS = {"two_sets": 1, "train_eval": 2, "alternating_64": 32, "rotation_4": 32}  # name: weight pairs of f
+# name: weight pairs of f
+PATTERNS = {"two_sets": 1, "train_eval": 2, "alternating_64": 32, "rotation_4": 32, "sets_two_sizes": 32}
 
 
 def measure(name: str, repeats: int) -> dict:

@@ -92,9 +92,9 @@ class Optimized(Stages):
     _fast_nested: Any = _state(None)  # `_fast` without that mode's options
     _fast_gen: Any = _state(None)  # which `_new_fast` made `_fast` (see there)
     _unbuilt: set = field(default_factory=set, init=False, repr=False)  # met in state "jit", not built
-    # hoisting: (pytree structure, statics) -> [(entry, fast leaf picker, their keys)] of the last
-    # hoisted signatures called with them, so a call with cached slow arrays skips the full key
-    _hot: dict[Any, list] = field(default_factory=dict, init=False, repr=False)
+    # hoisting: (pytree structure, statics) -> the hoisted signatures called with them, by their
+    # fast leaves' keys (hoist.HotStructure), so a call with cached slow arrays skips the full key
+    _hot: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     _hot_path: HotPath | None = _state(None)  # of the last such signature called
     _hot_path_off: bool = _state(False)  # it met another signature: not used again
     _prologues: dict = field(default_factory=dict, init=False, repr=False)  # prologue.shared_prologue's
@@ -186,10 +186,10 @@ class Optimized(Stages):
                     return out
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
-        hots = self._hot.get((in_tree, statics)) if self._hot else None
-        if hots:  # hoisting, this structure seen before: are the slow arrays cached?
+        known = self._hot.get((in_tree, statics)) if self._hot else None
+        if known is not None:  # hoisting, this structure seen before: are the slow arrays cached?
             keyed = lambda: (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)  # noqa: E731
-            out = hoist.structure_hit(self, hots, leaves, keyed, args, kwargs)
+            out = hoist.structure_hit(self, known, leaves, keyed, args, kwargs)
             if out is not MISS:
                 return out
         key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)

@@ -43,9 +43,6 @@ class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
 
 MISS = object()  # HotPath could not take the call: the full call path does
 DIRECT = object()  # run_proven: jax.jit's program runs this call (Optimized._run_direct)
-# Hoisted signatures of one pytree structure whose calls on cached arrays skip the full call path
-# (`structure_hit`): batch sizes or cache lengths in turn, each with its parameter sets
-HOT_SIGNATURES = 4
 
 
 class _Layout:
@@ -157,6 +154,22 @@ def _with_hoisted(fast: tuple, fast_kw: dict, hoisted: dict[int | str, Any]) -> 
     it = iter(fast)
     args = tuple(hoisted[i] if i in hoisted else next(it) for i in range(n))
     return args, {**fast_kw, **{k: v for k, v in hoisted.items() if isinstance(k, str)}}
+
+
+class HotStructure:
+    """The hoisted signatures called with one pytree structure and statics (`Optimized._hot`), by
+    the keys of their fast (not hoisted) leaves, so that a call on cached arrays finds its own
+    signature without the full key (`structure_hit`): batch sizes or cache lengths in turn,
+    each with its parameter sets. `last`: the signature called last, whose policy decides for
+    calls at shapes no signature is built for yet."""
+
+    __slots__ = ("fast", "pick", "signatures", "last")
+
+    def __init__(self, fast: tuple[int, ...], entry: Any):
+        self.fast = fast  # positions of the fast leaves
+        self.pick = picker(fast)
+        self.signatures: dict[tuple, Any] = {}
+        self.last = entry
 
 
 class _SpareChecks(NamedTuple):
@@ -349,16 +362,15 @@ class HotPath:
 
 def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leaves: list) -> None:
     """After a call of a hoisted signature that left its prologue values cached: the signature's
-    structure is remembered (`Optimized._hot`: the last HOT_SIGNATURES of it, newest first) and,
-    where the values belong to this call's slow arrays, its HotPath is refreshed for them and made
-    the instance's quick path."""
+    structure is remembered (`Optimized._hot`, a HotStructure) and, where the values belong to this
+    call's slow arrays, its HotPath is refreshed for them and made the instance's quick path."""
     h = entry.call
     slow = set(h.slow)
     fast = tuple(i for i in range(len(leaves)) if i not in slow)
-    structure = (key[0], key[2])
-    others = [hot for hot in opt._hot.get(structure, ()) if hot[0] is not entry]
-    newest = (entry, picker(fast), tuple(key[1][i] for i in fast))
-    opt._hot[structure] = [newest, *others][:HOT_SIGNATURES]
+    known = opt._hot.get((key[0], key[2]))
+    if known is None or known.fast != fast:  # other leaves hoisted: a record of its own
+        known = opt._hot[(key[0], key[2])] = HotStructure(fast, entry)
+    known.signatures[tuple(key[1][i] for i in fast)] = known.last = entry
     # the cached values belong to this call's slow arrays (not so when one is a tracer)
     ids = tuple(map(id, h.pick_slow(leaves)))
     spare = h.spare_slot(ids)
@@ -442,17 +454,17 @@ def run_proven(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
 
 
 def structure_hit(
-    opt: Any, hots: list, leaves: list, key: Callable[[], tuple], args: tuple, kwargs: dict
+    opt: Any, known: HotStructure, leaves: list, key: Callable[[], tuple], args: tuple, kwargs: dict
 ) -> Any:
-    """A call whose pytree structure and statics hoisted signatures were lately called with
-    (`Optimized._hot`: each signature, its fast leaves' picker and keys, newest first): its result
-    where the shapes are one's and its slow arrays are cached in a slot of that one; jax.jit's
-    program where the arrays are new and the policy of that signature (or of the newest, when no
-    signature is built for the call's shapes yet, `key()`: new parameters with new shapes on
-    every call then build nothing) sends the call there; else MISS, for the full call path."""
-    match = next((hot for hot in hots if tuple(map(leaf_key, hot[1](leaves))) == hot[2]), None)
-    entry = (match or hots[0])[0]
-    same = match is not None
+    """A call whose pytree structure and statics hoisted signatures were called with (`known`):
+    its result where the shapes are one's and its slow arrays are cached in a slot of that one;
+    jax.jit's program where the arrays are new and the policy of that signature (or of the last
+    called, when no signature is built for the call's shapes yet, `key()`: new parameters with
+    new shapes on every call then build nothing) sends the call there; else MISS, for the full
+    call path."""
+    entry = known.signatures.get(tuple(map(leaf_key, known.pick(leaves))))
+    same = entry is not None
+    entry = entry or known.last
     h = entry.call
     slow = h.pick_slow(leaves)
     ids = tuple(map(id, slow))
