@@ -468,25 +468,25 @@ def structure_hit(
     h = entry.call
     slow = h.pick_slow(leaves)
     ids = tuple(map(id, slow))
-    values = (h.values if ids == h.ids else h.spare_values(ids)) if same else None
-    if values is not None:  # a slot's arrays: through the signature's HotPath where it has one
-        return _cached_run(opt, entry, leaves, ids, values, args, kwargs)
+    slot = (h.cache if ids == h.ids else h.spare_slot(ids)) if same else None
+    if slot is not None and slot.values is not None:  # a slot's arrays: through its HotPath if any
+        return _cached_run(opt, entry, leaves, slot, args, kwargs)
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
     return opt._run_direct(entry, args, kwargs) if h.wants_direct(ids, slow, own=same) else MISS
 
 
-def _cached_run(opt: Any, entry: Any, leaves: list, ids: tuple, values: list, args: tuple, kwargs: dict):
-    """structure_hit's result for arrays cached in a slot: through the signature's HotPath, whose
+def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwargs: dict) -> Any:
+    """structure_hit's result for arrays cached in `slot`: through the signature's HotPath, whose
     jit its first call compiled (the plain run's would compile the main program again), where
     that path's checks are those of the slot's arrays now; through the plain run where the
     signature has no usable HotPath (its first call compiled that one); else MISS (the full
     call path refreshes the HotPath)."""
     h, hot = entry.call, entry.hot
     if hot is None or hot.ids is None:
-        h.saw(ids)
-        return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values))
-    synced = hot.h_ids is h.ids if ids == h.ids else hot.checked_spare(h.spare_slot(ids))
+        h.saw(slot.ids)
+        return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, slot.values))
+    synced = hot.h_ids is h.ids if slot is h.cache else hot.checked_spare(slot)
     if not synced:
         return MISS
     try:

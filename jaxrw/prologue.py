@@ -108,7 +108,6 @@ class HoistedCall:
     ids = property(lambda self: self.cache.ids)
     values = property(lambda self: self.cache.values)
     prologue_runs = property(lambda self: self.cache.runs + sum(s.runs for s in self.spares))
-    spare = property(lambda self: self.spares[0] if self.spares else None)  # the second slot
 
     def spare_slot(self, ids: tuple[int, ...]) -> PrologueValues | None:
         """The slot after the first that holds values for the arrays `ids`, if any."""
@@ -138,18 +137,25 @@ class HoistedCall:
         """Whether `ids` are those of arrays jax.jit's program ran for lately, still alive."""
         return any(i == ids and all(r() is not None for r in refs) for i, refs in self.last_direct)
 
-    def _slot_for(self, recent: tuple[Any, ...]) -> int | None:
-        """Where a set coming back goes: a free slot (one whose arrays died, or a new one while
-        there is room), else the newest slot that none of the `recent` sets (the last two called)
-        used, at most once per EVICT_AFTER direct runs; None: it stays direct."""
+    def _free_slot(self) -> int | None:
+        """A slot holding no values (its arrays died, or it was cleared), else a new one while
+        there is room (`sets`): its index (0 the first, k the k-th spare); None if every slot is
+        full."""
         slots = [self.cache, *self.spares]
-        free = [k for k, slot in enumerate(slots) if slot.values is None]  # the first slot too
-        if free or len(slots) < self.sets:
-            return free[0] if free else len(slots)
+        free = next((k for k, slot in enumerate(slots) if slot.values is None), None)
+        return free if free is not None or len(slots) >= self.sets else len(slots)
+
+    def _slot_for(self, recent: tuple[Any, ...]) -> int | None:
+        """Where a set coming back goes: a free slot (`_free_slot`), else the newest slot that
+        none of the `recent` sets (the last two called) used, at most once per EVICT_AFTER direct
+        runs; None: it stays direct."""
+        free = self._free_slot()
+        if free is not None:
+            return free
         if self.direct_runs - self.evicted_at < EVICT_AFTER:
             return None
         # the newest such slot: the first holds the set called most often (the one cached first)
-        unused = [k for k, slot in enumerate(slots) if slot.ids not in recent]
+        unused = [k for k, slot in enumerate([self.cache, *self.spares]) if slot.ids not in recent]
         if unused:
             self.evicted_at = self.direct_runs
         return unused[-1] if unused else None
@@ -229,8 +235,7 @@ class HoistedCall:
         shared = self.sets > 1 and self.cache.values is not None and ids != self.cache.ids
         elsewhere = self.cache.held_elsewhere(ids) if shared and into is None else None
         if elsewhere is not None:
-            slot = next((k + 1 for k, s in enumerate(self.spares) if s.values is None), None)
-            slot = slot or (len(self.spares) + 1 if len(self.spares) + 1 < self.sets else None)
+            slot = self._free_slot()  # not the first: it holds values (`shared`)
             if slot is None:
                 return elsewhere
         if slot == 0:

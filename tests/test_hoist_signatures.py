@@ -76,11 +76,11 @@ def test_signatures_with_one_prologue_share_its_values():
     assert a.prologue_runs + b.prologue_runs == 2 and b.ids == tuple(map(id, jax.tree_util.tree_leaves(p2)))
     # the small signature, whose first slot holds p (still alive), shares p2's values in its
     # second slot: no prologue run, no copy, and neither set evicts the other there
-    assert a.spare.values is b.values and a.values is not None
+    assert a.spares[0].values is b.values and a.values is not None
     np.testing.assert_allclose(opt(p, small), f(p, small), rtol=1e-4, atol=1e-5)  # old ones: right
     del p, p2
     gc.collect()
-    assert a.values is None and b.values is None and a.spare.values is None  # gone with the arrays
+    assert a.values is None and b.values is None and a.spares[0].values is None  # gone with the arrays
 
 
 def test_signatures_on_different_parameters_keep_their_own_values():

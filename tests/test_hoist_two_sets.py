@@ -49,7 +49,7 @@ def test_two_sets_in_turn_each_run_on_values_of_their_own(monkeypatch):
             _check(opt, p, _x(302 + i))
     call = _call(opt)
     assert (call.prologue_runs, call.direct_runs) == (2, 1)  # b ran jax.jit's program once
-    assert call.spare is not None and call.spare.ids == tuple(map(id, call.pick_slow(jax.tree.leaves(b))))
+    assert call.spares and call.spares[0].ids == tuple(map(id, call.pick_slow(jax.tree.leaves(b))))
     _no_full_path(monkeypatch, opt)
     for i in range(4):  # both from the quick path's one frame, each on its own values
         for p in (a, b):
@@ -110,7 +110,7 @@ def test_a_set_coming_back_replaces_the_one_used_less_recently():
     for p in (c, b, c, b, c, b):  # a unused now: c takes its slot, b keeps its own
         _check(opt, p, x)
     slow = lambda p: tuple(map(id, call.pick_slow(jax.tree.leaves(p))))  # noqa: E731
-    assert (call.prologue_runs, call.ids, call.spare.ids) == (3, slow(c), slow(b))
+    assert (call.prologue_runs, call.ids, call.spares[0].ids) == (3, slow(c), slow(b))
     runs = call.prologue_runs
     for p in (c, b) * 3:
         _check(opt, p, x)
@@ -168,7 +168,7 @@ def test_new_parameters_twice_in_a_row_still_replace_the_first_slot():
         _check(opt, p, x)
         _check(opt, p, x + 1)
     call = _call(opt)
-    assert call.prologue_runs == 4 and call.spare is None
+    assert call.prologue_runs == 4 and call.spares == []
 
 
 def test_the_second_slot_dies_with_its_arrays_and_clear_cache_drops_it():
@@ -177,17 +177,17 @@ def test_the_second_slot_dies_with_its_arrays_and_clear_cache_drops_it():
     for p in (a, b, a, b):
         _check(opt, p, x)
     call = _call(opt)
-    assert call.spare.values is not None
+    assert call.spares[0].values is not None
     del b, p
     gc.collect()
-    assert call.spare.values is None and call.spare.ids is None
+    assert call.spares[0].values is None and call.spares[0].ids is None
     for i in range(3):  # new arrays (their ids may be the dead ones'): never the old values
         c = _params(383 + i)
         for p in (a, c, a, c):
             _check(opt, p, x)
-    assert call.spare.values is not None
+    assert call.spares[0].values is not None
     opt.clear_cache()
-    assert call.spare.values is None and call.values is None
+    assert call.spares[0].values is None and call.values is None
     for p in (a, c):
         _check(opt, p, x)
 
