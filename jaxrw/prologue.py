@@ -197,8 +197,8 @@ class HoistedCall:
                 return False
         direct = self.cache.fills > 0 and ids != seen
         self.direct_runs += direct
-        if direct:
-            recent = [d for d in self.last_direct if d[0] != ids][-(self.sets - 1) :] if self.sets > 1 else []
+        if direct and self.sets > 1:  # for _came_back, which only sets in turn ask
+            recent = [d for d in self.last_direct if d[0] != ids][-(self.sets - 1) :]
             self.last_direct = [*recent, (ids, [weakref.ref(x) for x in slow if isinstance(x, jax.Array)])]
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
         # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
