@@ -183,6 +183,11 @@ class _SpareChecks(NamedTuple):
     passed: list[weakref.ref]
     ids: tuple[int, ...]  # of all the hoisted leaves, for calls that are flattened
 
+    def live(self) -> bool:
+        """Whether the slot still holds the arrays these checks were made for (not refilled, nor
+        cleared because an array died)."""
+        return self.slot.ids is self.token and self.slot.values is not None
+
 
 class HotPath:
     """The quickest call of a hoisted signature whose slow arrays are cached.
@@ -233,21 +238,15 @@ class HotPath:
         """Whether `slot`'s arrays, as they are now, have checks here."""
         return any(c.slot is slot and c.token is slot.ids for c in self.spares)
 
-    def _live_spares(self) -> list[_SpareChecks]:
-        """The checks of slots after the first that still hold the arrays they were made for (not
-        refilled, nor cleared because an array died)."""
-        return [c for c in self.spares if c.slot.ids is c.token and c.slot.values is not None]
-
     def from_spare(self, arg: Any, lead: bool) -> tuple[list, tuple] | None:
         """The values of a slot after the first and the leaves the main program reads, where `arg`
         holds that slot's arrays (the first argument when `lead`, else the hoisted arguments);
         else None."""
         for c in self.spares:
             check = c.same_lead if lead else c.same_hoisted
-            values = c.slot.values
-            if check is not None and c.slot.ids is c.token and values is not None and check(arg):
+            if check is not None and c.live() and check(arg):
                 self.h.saw(c.token)
-                return values, tuple(map(operator.call, c.passed))  # alive: `arg` holds them
+                return c.slot.values, tuple(map(operator.call, c.passed))  # alive: `arg` holds them
         return None
 
     def _checks(self, args: tuple, kwargs: dict) -> tuple:
@@ -292,7 +291,7 @@ class HotPath:
             slow, tree = jax.tree_util.tree_flatten(hoisted)
             ids = tuple(map(id, slow))
             # a later slot's arrays, in other containers?
-            slot = next((c for c in self._live_spares() if c.ids == ids and tree == lay.tree), None)
+            slot = next((c for c in self.spares if c.live() and c.ids == ids and tree == lay.tree), None)
             in_spare = slot is not None
             if in_spare:
                 values = slot.slot.values
