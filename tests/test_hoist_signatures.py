@@ -241,15 +241,13 @@ def test_many_batch_sizes_in_turn_skip_the_full_call_path(monkeypatch):
     # key, no run_proven and no compilation (a review of a list of the last four: five sizes in
     # turn always missed, 20% slower than remembering one)
     from jaxrw import hoist
+    from tests.test_hoist_two_sets import refuse
 
     opt = jaxrw.optimize(f, hoist_argnums=0)
     p, xs = _params(60), [_x(61 + n, n=n) for n in range(2, 8)]
     for _ in range(2):
         for x in xs:
             np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the full call path ran")
 
     monkeypatch.setattr(hoist, "run_proven", refuse)
     compiled = compiled_during(

@@ -30,12 +30,13 @@ def _room_for(sets: int) -> int:
     return (sets + 1) * _call(probe).nbytes - 1
 
 
+def refuse(*args, **kwargs):
+    """Stands in for a step of the full call path that must not run."""
+    raise AssertionError("the full call path ran")
+
+
 def _no_full_path(monkeypatch, opt):
     """From here on, a call that is not served from a slot's values fails the test."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the full call path ran")
-
     monkeypatch.setattr(HoistedCall, "values_for", refuse)
     monkeypatch.setattr(HoistedCall, "wants_direct", refuse)
     monkeypatch.setattr(opt, "_run_direct", refuse)
@@ -382,9 +383,6 @@ def test_sets_at_two_batch_sizes_in_turn_skip_the_full_call_path(monkeypatch, n)
             for x in sizes:
                 _check(opt, p, x)
     runs = _runs(opt)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the full call path ran")
 
     monkeypatch.setattr(hoist, "run_proven", refuse)
     monkeypatch.setattr(type(opt), "_build", refuse)
