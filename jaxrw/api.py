@@ -25,7 +25,7 @@ from .errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, handoff_schedule, install_hot, slow_leaves
 from .logs import fn_name, warn_user
 from .options import both_spellings, checked_options, disabled, resolve_argnums
-from .prologue import shared_prologue
+from .prologue import KeptValues, shared_prologue
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
@@ -97,7 +97,7 @@ class Optimized(Stages):
     _hot: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     _hot_path: HotPath | None = _state(None)  # of the last such signature called
     _hot_path_off: bool = _state(False)  # it met another signature: not used again
-    _prologues: dict = field(default_factory=dict, init=False, repr=False)  # prologue.shared_prologue's
+    _prologues: KeptValues = _state(None)  # every prologue value kept, bounded by max_hoist_bytes
     _undonated: Any = _state(None)  # this function without donation (`_without_donation`)
 
     def __post_init__(self):
@@ -120,6 +120,7 @@ class Optimized(Stages):
         self.hoisted_owners = frozenset((*hoisted[0], *hoisted[1])) - left_out
         self._jitted = jax.jit(self.fn, **self._jit_options())
         self._fast = self._new_fast()
+        self._prologues = KeptValues(self.max_hoist_bytes, fn_name(self.fn))
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:  # a method: bound, as jax.jit's are
         return self if obj is None else types.MethodType(self, obj)  # its attributes reach through
@@ -415,9 +416,7 @@ class Optimized(Stages):
         self._undonated = None
         self._unbuilt.clear()
         self._hot.clear()
-        for cache in [c for _, group in self._prologues.values() for c in group]:
-            cache.clear()  # merged weights go now, not when the arrays die
-        self._prologues.clear()
+        self._prologues.clear()  # merged weights go now, not when the arrays die
         self._set_hot_path(None, off=False)
         self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
         if self._fast_state == "jit":
@@ -493,7 +492,8 @@ class Optimized(Stages):
                 from .schedule.timing import device_inputs  # not zeros (DESIGN.md)
 
                 key = options_key(self, sorted(slow), profile)
-                apply_autotune(result, closed, flat, device_inputs(leaves), k=self.autotune_k, key_extra=key)
+                inputs = device_inputs(leaves)
+                apply_autotune(result, closed, flat, inputs, self.autotune_k, key, self.max_hoist_bytes)
             if result.fn is not None:
                 check_decoded(result.fn, specs, closed)
         except Exception as e:  # noqa: BLE001 - never break the user's program
@@ -584,8 +584,9 @@ def optimize(
     `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that
     depends only on them (concatenated or transposed weights, products of weights) runs once per
     new set of arrays and is reused while the caller passes the same arrays, up to
-    `max_hoist_bytes` of kept values; arrays new on every call run jax.jit's program, and after
-    16 such calls in a row the signature stays with it (`clear_cache()` hoists again).
+    `max_hoist_bytes` of values kept at once (all signatures); arrays new on every call run
+    jax.jit's program, and after 16 such calls in a row the signature stays with it
+    (`clear_cache()` hoists again).
     `schedule`: "xla" (XLA's own), "streams" (thunky streams; CUDA, jax >= 0.12) or "auto": on a
     CUDA device, times thunky and XLA's command-buffer modes against XLA's default when a signature
     is built and keeps one measured faster, with a peak memory at most `schedule_memory_slack` (a

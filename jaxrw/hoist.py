@@ -410,8 +410,8 @@ def first_call(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
     prologue values, if computed, stay cached for the plain call)."""
     h = entry.call
     slow = list(h.pick_slow(leaves))
-    if opt._hot_path_off or opt.verify or not _concrete(slow):
-        return MISS
+    if opt._hot_path_off or opt.verify or not _concrete(slow) or not h.fits(0):
+        return MISS  # (values past max_hoist_bytes: the plain call runs the prologue, keeps nothing)
     h.values_for(slow)
     install_hot(opt, entry, key, args, kwargs, leaves)
     if opt._hot_path is not entry.hot or entry.hot is None:

@@ -19,6 +19,7 @@ import jax
 import jax.extend
 
 from . import compat
+from .logs import warn_user
 from .rewrite.decode import MAX_SETS
 from .schedule.xla_modes import tuned_jit
 from .signature import leaf_key
@@ -28,6 +29,7 @@ __all__ = [
     "HANDOFF_AFTER",
     "MAX_SETS",
     "HoistedCall",
+    "KeptValues",
     "PrologueValues",
     "picker",
     "shared_prologue",
@@ -133,6 +135,12 @@ class HoistedCall:
             self.before, self.seen = self.seen, ids
         self.streak = 0
 
+    def fits(self, slot: int) -> bool:
+        """Whether a set's values fit the instance's bound (`KeptValues`) in slot `slot` (0 the
+        first, k the k-th spare, len(spares)+1 a new one), in place of what that slot holds."""
+        slots = [self.cache, *self.spares]
+        return self.cache.kept.room(slots[slot] if slot < len(slots) else None, self.nbytes)
+
     def _came_back(self, ids: tuple[int, ...]) -> bool:
         """Whether `ids` are those of arrays jax.jit's program ran for lately, still alive."""
         return any(i == ids and all(r() is not None for r in refs) for i, refs in self.last_direct)
@@ -191,11 +199,13 @@ class HoistedCall:
             # turn. It takes a free slot, else one of neither of the last two sets called
             # (`_slot_for`: more sets in turn than slots keep most of them)
             slot = self._slot_for((seen, before))
-            if slot is not None:
+            if slot is not None and self.fits(slot):
                 self.last_direct = [d for d in self.last_direct if d[0] != ids]
                 self.into, self.streak = (ids, slot), 0
                 return False
-        direct = self.cache.fills > 0 and ids != seen
+        # the prologue runs for the first call and the same new arrays twice, where its values
+        # fit max_hoist_bytes beside those kept for other calls
+        direct = (self.cache.fills > 0 and ids != seen) or not self.fits(0)
         self.direct_runs += direct
         if direct and self.sets > 1:  # for _came_back, which only sets in turn ask
             recent = [d for d in self.last_direct if d[0] != ids][-(self.sets - 1) :]
@@ -241,10 +251,52 @@ class HoistedCall:
         if slot == 0:
             return self.cache.values_for(slow)
         if slot > len(self.spares):
-            self.spares.append(PrologueValues(self.cache.prologue, self.cache.group))
+            self.spares.append(PrologueValues(self.cache.prologue, self.cache.group, self.cache.kept))
             n = len(self.spares) + 1
             log.info("jaxrw: %d parameter sets in turn: each kept (%d bytes)", n, n * self.nbytes)
         return self.spares[slot - 1].values_for(slow)
+
+
+class KeptValues:
+    """Every prologue value one Optimized keeps: the groups of signatures whose prologue is one
+    program (`shared_prologue`), and max_hoist_bytes over all their slots at once, each set of
+    values counted once however many slots share it. Per signature, `Hoisted.fit` bounds the
+    slots; this bounds them together, for signatures at other parameter shapes or programs. A
+    set that would pass the bound is not kept: its calls run jax.jit's program (said once)."""
+
+    def __init__(self, max_bytes: int | None = None, name: str = "") -> None:
+        self.max_bytes = max_bytes  # None: unbounded
+        self.name = name  # of the optimized function, for the message
+        self.groups: dict[Any, tuple[Any, list[PrologueValues]]] = {}  # shared_prologue's
+        self.slots: weakref.WeakSet[PrologueValues] = weakref.WeakSet()
+        self.told = False
+
+    def held(self, leaving: PrologueValues | None = None) -> int:
+        """Bytes of the values kept now, but for those only `leaving` holds (about to be replaced)."""
+        kept = [s for s in list(self.slots) if s is not leaving and s.values is not None]
+        return sum({id(s.values): s.nbytes for s in kept}.values())  # shared values count once
+
+    def room(self, slot: PrologueValues | None, nbytes: int) -> bool:
+        """Whether `nbytes` more fit, in place of what `slot` holds (None: a new slot); says once
+        when they do not."""
+        if self.max_bytes is None:
+            return True
+        held = self.held(leaving=slot)
+        fits = held + nbytes <= self.max_bytes
+        if not fits and not self.told:
+            self.told = True
+            warn_user(
+                f"jaxrw: {self.name}: not hoisted for these arguments: their {nbytes} bytes of kept "
+                f"values and the {held} bytes kept for other calls would pass max_hoist_bytes "
+                f"{self.max_bytes}; their calls run jax.jit's program"
+            )
+        return fits
+
+    def clear(self) -> None:
+        """Drop every kept value now (Optimized.clear_cache), and the groups."""
+        for slot in list(self.slots):
+            slot.clear()
+        self.groups.clear()
 
 
 class PrologueValues:
@@ -252,12 +304,21 @@ class PrologueValues:
     Signatures whose prologue is one program (`shared_prologue`: batch sizes or cache lengths that
     differ while the parameters do not) share its jit and take each other's values for the same
     arrays (`group`): one set of merged weights, computed once and kept once. Each keeps a slot
-    of its own, so signatures called on different parameter sets do not evict each other."""
+    of its own, so signatures called on different parameter sets do not evict each other. New
+    values are kept only where they fit the instance's bound (`kept`)."""
 
-    def __init__(self, prologue: Callable[..., list[Any]], group: list[PrologueValues] | None = None):
+    def __init__(
+        self,
+        prologue: Callable[..., list[Any]],
+        group: list[PrologueValues] | None = None,
+        kept: KeptValues | None = None,
+    ):
         self.prologue = prologue
         self.group = [] if group is None else group  # every cache of this prologue program
         self.group.append(self)
+        self.kept = KeptValues() if kept is None else kept
+        self.kept.slots.add(self)
+        self.nbytes = 0  # of `values`
         self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
         self.values: list[Any] | None = None
         self.finalizers: list[weakref.finalize] = []  # clear the cache when a leaf of `ids` dies
@@ -267,6 +328,7 @@ class PrologueValues:
     def _invalidate(self) -> None:
         self.ids = None
         self.values = None
+        self.nbytes = 0
 
     def held_elsewhere(self, ids: tuple[int, ...]) -> list[Any] | None:
         """The values another signature of this prologue holds for the arrays `ids`, if any."""
@@ -290,9 +352,11 @@ class PrologueValues:
                     # a NumPy array passed where the signature was built on jax arrays (one key
                     # for both): it can change in place under the same id, so it is not kept
                     return values
+                if not self.kept.room(self, values_bytes(values)):  # HoistedCall asks first
+                    return values
             for f in self.finalizers:  # the old leaves' deaths must not clear these values
                 f.detach()
-            self.ids, self.values = ids, values
+            self.ids, self.values, self.nbytes = ids, values, values_bytes(values)
             self.fills += 1
             me = weakref.ref(self)  # a parameter array alive must not keep these values alive
             self.finalizers = [weakref.finalize(x, _invalidate, me) for x in slow]
@@ -306,6 +370,11 @@ class PrologueValues:
         self._invalidate()
 
 
+def values_bytes(values: list[Any]) -> int:
+    """Bytes of a list of prologue values (arrays; anything else counts nothing)."""
+    return sum(getattr(v, "nbytes", 0) for v in values)
+
+
 def _invalidate(ref: weakref.ref) -> None:
     """A slow array died: its signature's values, if that cache still exists, are dropped."""
     cache = ref()
@@ -313,8 +382,8 @@ def _invalidate(ref: weakref.ref) -> None:
         cache._invalidate()
 
 
-def shared_prologue(registry: dict, hoisted: Any, leaves: list) -> PrologueValues:
-    """A value cache for `hoisted.prologue` on these slow leaves, in the group `registry` (an
+def shared_prologue(kept: KeptValues, hoisted: Any, leaves: list) -> PrologueValues:
+    """A value cache for `hoisted.prologue` on these slow leaves, in the group `kept` (an
     Optimized's, per instance) keeps for the signatures whose prologue traces to the same
     program on the same kinds of leaves with the same constant arrays; a group of its own where
     that cannot be told (a constant that is a tracer, a prologue that does not trace)."""
@@ -326,12 +395,12 @@ def shared_prologue(registry: dict, hoisted: Any, leaves: list) -> PrologueValue
         closed = jax.make_jaxpr(hoisted.prologue)(*specs)  # not the jit: its constants are inside
         constants = _constants(closed)
         if any(map(compat.is_tracer, constants)):  # an outer trace's: its id outlives it
-            return PrologueValues(prologue)
+            return PrologueValues(prologue, kept=kept)
         key = (keys, str(closed), tuple(map(id, constants)))
     except Exception:  # noqa: BLE001 - a cache of its own: only sharing is lost
-        return PrologueValues(prologue)
-    jitted, group = registry.setdefault(key, (prologue, []))
-    return PrologueValues(jitted, group)
+        return PrologueValues(prologue, kept=kept)
+    jitted, group = kept.groups.setdefault(key, (prologue, []))
+    return PrologueValues(jitted, group, kept)
 
 
 def _constants(closed: Any) -> list[Any]:

@@ -132,7 +132,7 @@ def test_prologues_that_differ_are_not_shared():
 
 
 def test_shared_prologue_keys_on_the_program_the_leaves_and_the_constants():
-    from jaxrw.prologue import shared_prologue
+    from jaxrw.prologue import KeptValues, shared_prologue
 
     class Split:  # what shared_prologue reads of decode.Hoisted
         def __init__(self, prologue, slow=(0, 1)):
@@ -140,7 +140,7 @@ def test_shared_prologue_keys_on_the_program_the_leaves_and_the_constants():
 
     a, b = jnp.ones((4, 4)), jnp.ones((4, 4))
     c1, c2 = jnp.arange(4.0), jnp.arange(4.0) + 1.0
-    registry: dict = {}
+    registry = KeptValues()
     first = shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b])
     assert shared_prologue(registry, Split(lambda x, y: [x @ y]), [a, b]).group is first.group
     assert shared_prologue(registry, Split(lambda x, y: [x @ y * 2.0]), [a, b]).group is not first.group
@@ -158,7 +158,7 @@ def test_shared_prologue_keys_on_the_program_the_leaves_and_the_constants():
         is not in_jit
     )
     broken = shared_prologue(registry, Split(lambda x, y: [x @ y], slow=(0, 5)), [a, b])
-    assert all(broken.group is not g for _, g in registry.values())  # no key: a group of its own
+    assert all(broken.group is not g for _, g in registry.groups.values())  # no key: a group of its own
 
 
 def test_training_next_to_an_evaluation_hands_both_signatures_off():

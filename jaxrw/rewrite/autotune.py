@@ -70,6 +70,7 @@ def options_key(opt: Any, slow: list[int], profile: Any) -> str:
         slow,
         profile,
         opt.limits,
+        opt.max_hoist_bytes,  # which rewrites are candidates (`_hoist_fits`)
     )
     return "|".join(map(str, fields))
 
@@ -124,8 +125,11 @@ def autotune(
     k: int = 4,
     key_extra: str = "",
     samples: int = 5,
+    max_hoist_bytes: int | None = None,
 ) -> AutotuneChoice:
-    """Pick the fastest of the original program and the model's k best rewrites, on `args`."""
+    """Pick the fastest of the original program and the model's k best rewrites, on `args`;
+    rewrites that hoist more than `max_hoist_bytes` are no candidates (rewrite_jaxpr refuses the
+    model's choice alike)."""
     view, costs = result.view, result.costs
     assert view is not None and costs is not None and result.extraction is not None
     before = result.before
@@ -139,18 +143,27 @@ def autotune(
     if hit is not None and (hit["winner"] == ORIGINAL or hit["winner"] in named):
         w = hit["winner"]
         fn = None if w == ORIGINAL else decode(result.program, view, named[w], frozenset(keep))
-        return AutotuneChoice(fn, w, dict(hit.get("times", {})), from_cache=True)
+        if _hoist_fits(fn, max_hoist_bytes):  # else measured again, without it
+            return AutotuneChoice(fn, w, dict(hit.get("times", {})), from_cache=True)
     fns: dict[str, Callable] = {ORIGINAL: original}
     decoded: dict[str, Callable] = {}
     for name, ch in named.items():
-        decoded[name] = decode(result.program, view, ch, frozenset(keep))
-        fns[name] = jax.jit(decoded[name])
+        fn = decode(result.program, view, ch, frozenset(keep))
+        if _hoist_fits(fn, max_hoist_bytes):
+            decoded[name] = fn
+            fns[name] = jax.jit(fn)
     timings = time_interleaved(fns, list(args), samples=samples)
     times = {name: t.median for name, t in timings.items()}
     winner = measured_winner(timings)
     cache[key] = {"winner": winner, "times": times}
     _save(path, cache)
     return AutotuneChoice(decoded.get(winner), winner, times)
+
+
+def _hoist_fits(fn: Callable | None, max_hoist_bytes: int | None) -> bool:
+    """Whether a decoded program's hoisted values (none where it hoists nothing) fit the bound."""
+    hoisted = getattr(fn, "hoisted", None)
+    return hoisted is None or max_hoist_bytes is None or hoisted.nbytes <= max_hoist_bytes
 
 
 def measured_winner(timings: dict[str, Timing]) -> str:
@@ -171,11 +184,13 @@ def apply_autotune(
     leaves: Sequence[Any],
     k: int,
     key_extra: str = "",
+    max_hoist_bytes: int | None = None,
 ) -> None:
     """optimize(autotune=True): replace the model's choice in `result` by the measured-fastest of
     it, its runners-up and the original program (`flat`, a function of the flat leaves)."""
     original = jax.jit(lambda *xs: jax.tree_util.tree_leaves(flat(*xs)))
-    choice = autotune(result, closed, original, leaves, k=k, key_extra=key_extra)
+    bound = max_hoist_bytes
+    choice = autotune(result, closed, original, leaves, k=k, key_extra=key_extra, max_hoist_bytes=bound)
     result.fn = choice.fn
     result.report.rewritten = choice.fn is not None
     result.report.autotune = {"winner": choice.winner, "times": choice.times, "cached": choice.from_cache}

@@ -108,3 +108,40 @@ def test_the_measured_winner_must_beat_the_original_round_by_round():
     faster = {ORIGINAL: Timing([1, 1, 10, 10, 10]), "r": Timing([0.9, 0.9, 9, 9, 11])}
     assert measured_winner(faster) == "r"
     assert measured_winner({ORIGINAL: Timing([1, 2, 3]), "r": Timing([2, 3, 4])}) == ORIGINAL
+
+
+def test_rewrites_hoisting_past_the_bound_are_no_candidates(monkeypatch):
+    # the model's choice passed max_hoist_bytes is refused by rewrite_jaxpr; autotune's runners-up
+    # and a cached winner were not checked against it, so a winner could keep more than allowed
+    import jax
+
+    import jaxrw.rewrite.autotune as at
+    from jaxrw.rewrite.profiles import get_profile
+    from jaxrw.rewrite.run import rewrite_jaxpr
+
+    A, B, x = _args(5)
+    fn = lambda A, B, x: jnp.tanh((A @ B) @ x)  # noqa: E731 - A @ B depends on the slow leaves only
+    closed = jax.make_jaxpr(fn)(A, B, x)
+    result = rewrite_jaxpr(closed, profile=get_profile("h200"), force=True, slow=frozenset({0, 1}))
+    assert result.fn.hoisted.nbytes > 0  # the model's choice keeps A @ B
+    timed: list = []
+    real = at.time_interleaved
+
+    def spy(fns, args, **kw):
+        timed.append({name: getattr(f, "__wrapped__", f) for name, f in fns.items()})
+        return real(fns, args, **kw)
+
+    monkeypatch.setattr(at, "time_interleaved", spy)
+    original = jax.jit(lambda *xs: [fn(*xs)])
+    choice = at.autotune(result, closed, original, [A, B, x], k=3, max_hoist_bytes=0)
+    (candidates,) = timed
+    for name, f in candidates.items():  # nothing that keeps a byte, but the original
+        assert name == at.ORIGINAL or getattr(f, "hoisted", None) is None or f.hoisted.nbytes == 0
+    assert choice.fn is None or getattr(choice.fn, "hoisted", None) is None or choice.fn.hoisted.nbytes == 0
+    # a winner cached under a looser bound (the model's choice, which keeps A @ B) is not taken
+    best = at._fp_hash(at.fingerprint(result.view, result.extraction.choice))
+    monkeypatch.setattr(at, "_load", lambda path: {at.program_key(closed, "k"): {"winner": best}})
+    assert at.autotune(result, closed, original, [A, B, x], k=3, key_extra="k").from_cache  # fits
+    timed.clear()
+    again = at.autotune(result, closed, original, [A, B, x], k=3, key_extra="k", max_hoist_bytes=0)
+    assert not again.from_cache and timed and again.winner != best

@@ -1,0 +1,116 @@
+"""max_hoist_bytes bounds every prologue value an optimized function keeps at once, over all its
+signatures (`prologue.KeptValues`), not only each signature's own slots: parameters at two shapes
+(two models, or a model and its pruned copy) do not keep twice the bound. A set that would pass it
+runs jax.jit's program, said once, until kept values are freed (their arrays die, clear_cache)."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import numpy as np
+import pytest
+
+import jaxrw
+from jaxrw.prologue import HoistedCall
+from tests.test_hoist import _params, _x, f
+
+ONE_SET = 64 * 64 * 4  # f's prologue value: the (64, 64) float32 product of the two weights
+
+
+def _check(opt, p, x):
+    np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
+
+
+def _calls(opt) -> list[HoistedCall]:
+    return [e.call for e in opt._cache.values() if isinstance(e.call, HoistedCall)]
+
+
+def _by_shape(opt, p) -> HoistedCall:
+    """The hoisted signature built for parameters shaped as `p`."""
+    shape = str(p["A"].shape)
+    found = [e.call for k, e in opt._cache.items() if isinstance(e.call, HoistedCall) and shape in str(k)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_parameters_at_a_second_shape_are_not_kept_past_the_bound():
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET)  # room for one set in all
+    a, b, x = _params(400), _params(401, r=32), _x(402)  # two prologue programs, values of one size
+    for _ in range(2):
+        _check(opt, a, x)
+    first = _by_shape(opt, a)
+    assert first.values is not None and first.prologue_runs == 1
+    with pytest.warns(UserWarning, match="max_hoist_bytes") as said:
+        for i in range(4):
+            _check(opt, b, _x(403 + i))
+    assert len([w for w in said if "max_hoist_bytes" in str(w.message)]) == 1  # said once
+    second = _by_shape(opt, b)
+    assert second.values is None and second.prologue_runs <= 1  # its first call's, not kept
+    assert opt._prologues.held() <= ONE_SET
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not said again
+        _check(opt, b, x)
+        _check(opt, a, x)  # the first set is still kept and served
+    assert first.prologue_runs == 1 and first.values is not None
+
+
+def test_values_freed_when_their_arrays_die_make_room():
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET)
+    a, b, x = _params(410), _params(411, r=32), _x(412)
+    for _ in range(2):
+        _check(opt, a, x)
+    with pytest.warns(UserWarning, match="max_hoist_bytes"):
+        for _ in range(3):
+            _check(opt, b, x)
+    second = _by_shape(opt, b)
+    assert second.values is None
+    del a
+    gc.collect()  # the first set's arrays die: its values go, and with them the bytes held
+    assert opt._prologues.held() == 0
+    for _ in range(2):
+        _check(opt, b, x)
+    assert second.values is not None and opt._prologues.held() == ONE_SET
+
+
+def test_values_shared_by_two_batch_sizes_count_once():
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET)
+    p = _params(420)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing passes the bound: one set, held by both
+        for _ in range(3):
+            for n in (4, 8):
+                _check(opt, p, _x(421, n=n))
+    calls = _calls(opt)
+    assert len(calls) == 2 and all(c.values is not None for c in calls)
+    assert calls[0].values is calls[1].values
+    assert sum(c.prologue_runs for c in calls) == 1
+    assert opt._prologues.held() == ONE_SET
+
+
+def test_clear_cache_drops_every_kept_value():
+    opt = jaxrw.optimize(f, hoist_argnums=0)
+    a, b, x = _params(430), _params(431, r=32), _x(432)
+    for _ in range(2):
+        for p in (a, b):
+            _check(opt, p, x)
+    assert opt._prologues.held() == 2 * ONE_SET  # the default bound holds both
+    opt.clear_cache()
+    assert opt._prologues.held() == 0
+    _check(opt, a, x)
+
+
+def test_a_set_in_turn_gets_no_slot_past_the_bound():
+    # room for two sets in one signature (Hoisted.fit), but a signature at other shapes holds one:
+    # a second set called in turn stays on jax.jit's program rather than pass the bound
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=2 * ONE_SET)
+    a, b, c, x = _params(440), _params(441), _params(442, r=32), _x(443)
+    for _ in range(2):
+        _check(opt, c, x)
+    with pytest.warns(UserWarning, match="max_hoist_bytes"):
+        for i in range(4):
+            for p in (a, b):
+                _check(opt, p, _x(444 + i))
+    call = _by_shape(opt, a)
+    assert call.sets == 2 and not any(s.values is not None for s in call.spares)
+    assert opt._prologues.held() == 2 * ONE_SET
