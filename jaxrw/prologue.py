@@ -62,7 +62,9 @@ class HoistedCall:
     whenever the same new arrays come twice in a row (they are being reused: evaluation, decode
     loops). Arrays that differ from the previous call's (a training loop, where parameters change
     on every step) go to jax.jit's program instead (`wants_direct`): merged weights would cost a
-    concatenation per call there, so the rewritten program would be slower than jax.jit.
+    concatenation per call there, so the rewritten program would be slower than jax.jit. "The
+    same" means the same objects, alive (`seen_refs`): arrays made for each call and dead after it
+    (`opt(cast(params), x)`) pass their ids on to the next call's, which are new arrays again.
     Slow leaves that are tracers (jit/grad/vmap with respect to the parameters) run the prologue
     as ordinary traced computation and are never cached. The cached values live in `cache`
     (PrologueValues: this signature's slot, grouped with those of the same prologue program).
@@ -92,6 +94,10 @@ class HoistedCall:
         self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)  # nestable in a trace
         self.main_top = tuned_jit(hoisted.main_used, mode, self.main, donate_argnums=donate_used)
         self.seen: tuple[int, ...] | None = None  # slow leaf ids of the previous call
+        # the ids of the last new arrays asked about (`wants_direct`) and weak references to them:
+        # the same ids on the next call are the same arrays only while those live (arrays that die
+        # after each call give their ids to the next call's new ones)
+        self.seen_refs: tuple[tuple[int, ...], list[weakref.ref]] | None = None
         self.before: tuple[int, ...] | None = None  # and of the set called before that one
         self.seen_elsewhere: tuple[int, ...] | None = None  # of the last call at unbuilt shapes
         self.evicted_at = -EVICT_AFTER  # direct_runs when a set last replaced a full slot
@@ -141,9 +147,14 @@ class HoistedCall:
         slots = [self.cache, *self.spares]
         return self.cache.kept.room(slots[slot] if slot < len(slots) else None, self.nbytes)
 
+    @staticmethod
+    def _alive(kept: tuple[tuple[int, ...], list[weakref.ref]] | None, ids: tuple[int, ...]) -> bool:
+        """Whether `kept` (ids and weak references) is of the arrays `ids`, every one alive."""
+        return kept is not None and kept[0] == ids and all(r() is not None for r in kept[1])
+
     def _came_back(self, ids: tuple[int, ...]) -> bool:
         """Whether `ids` are those of arrays jax.jit's program ran for lately, still alive."""
-        return any(i == ids and all(r() is not None for r in refs) for i, refs in self.last_direct)
+        return any(self._alive(d, ids) for d in self.last_direct)
 
     def _free_slot(self) -> int | None:
         """A slot holding no values (its arrays died, or it was cleared), else a new one while
@@ -186,8 +197,12 @@ class HoistedCall:
             self.streak = self.streak + 1 if direct else 0
             return direct
         seen, before = self.seen, self.before
+        again = ids == seen and self._alive(self.seen_refs, ids)  # the last call's arrays, again
         if ids != seen:
             self.before, self.seen = seen, ids
+        refs = None if again else [weakref.ref(x) for x in slow if isinstance(x, jax.Array)]
+        if refs is not None:
+            self.seen_refs = (ids, refs)
         if self.into is not None and self.into[0] == ids:  # decided by an earlier ask in this call
             self.streak = 0
             return False
@@ -205,11 +220,12 @@ class HoistedCall:
                 return False
         # the prologue runs for the first call and the same new arrays twice, where its values
         # fit max_hoist_bytes beside those kept for other calls
-        direct = (self.cache.fills > 0 and ids != seen) or not self.fits(0)
+        direct = (self.cache.fills > 0 and not again) or not self.fits(0)
         self.direct_runs += direct
         if direct and self.sets > 1:  # for _came_back, which only sets in turn ask
             recent = [d for d in self.last_direct if d[0] != ids][-(self.sets - 1) :]
-            self.last_direct = [*recent, (ids, [weakref.ref(x) for x in slow if isinstance(x, jax.Array)])]
+            refs = refs if refs is not None else [weakref.ref(x) for x in slow if isinstance(x, jax.Array)]
+            self.last_direct = [*recent, (ids, refs)]
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
         # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
         self.streak = (1 if seen == self.ids else self.streak + 1) if direct else 0
