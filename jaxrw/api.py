@@ -559,6 +559,7 @@ def optimize(
     hoist_argnums: int | Sequence[int] | None = None,
     hoist_argnames: str | Sequence[str] | None = None,
     max_hoist_bytes: int = DEFAULT_MAX_HOIST_BYTES,
+    **unknown: Any,  # refused, naming the options there are (jax.jit's others among them)
 ) -> Any:
     """Rewrite `fn` into a faster equivalent program and compile it, like `jax.jit`.
 
@@ -583,10 +584,9 @@ def optimize(
     signature keeps the original program, calls go straight to a jax.jit of `fn` (no Python).
     `hoist_argnums`/`hoist_argnames` name slowly-changing arguments (parameters): work that
     depends only on them (concatenated or transposed weights, products of weights) runs once per
-    new set of arrays and is reused while the caller passes the same arrays, up to
-    `max_hoist_bytes` of values kept at once (all signatures); arrays new on every call run
-    jax.jit's program, and after 16 such calls in a row the signature stays with it
-    (`clear_cache()` hoists again).
+    new set of arrays and is reused while the caller passes the same arrays, up to `max_hoist_bytes`
+    of values kept at once (all signatures); arrays new on every call run jax.jit's program, and
+    after 16 such calls in a row the signature stays with it (`clear_cache()` hoists again).
     `schedule`: "xla" (XLA's own), "streams" (thunky streams; CUDA, jax >= 0.12) or "auto": on a
     CUDA device, times thunky and XLA's command-buffer modes against XLA's default when a signature
     is built and keeps one measured faster, with a peak memory at most `schedule_memory_slack` (a

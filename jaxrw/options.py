@@ -24,6 +24,17 @@ from .rewrite.profiles import Profile, get_profile, profile_problem
 from .rewrite.run import NUMERICS, Limits
 
 SCHEDULES = ("auto", "xla", "streams")
+# jax.jit's options that optimize does not take (its static and donated arguments it does)
+JIT_ONLY = (
+    "in_shardings",
+    "out_shardings",
+    "keep_unused",
+    "device",
+    "backend",
+    "inline",
+    "abstracted_axes",
+    "compiler_options",
+)
 
 
 def checked_options(
@@ -47,8 +58,23 @@ def checked_options(
     hoist_argnums: Any,
     hoist_argnames: Any,
     max_hoist_bytes: Any,
+    unknown: dict[str, Any],
 ) -> dict[str, Any]:
-    """`optimize`'s keyword options, checked and normalized into `Optimized`'s fields."""
+    """`optimize`'s keyword options, checked and normalized into `Optimized`'s fields; `unknown`:
+    any other keyword given, refused with the options there are."""
+    if unknown:
+        jit_only = sorted(set(unknown) & set(JIT_ONLY))
+        why = (
+            f"jax.jit's {', '.join(jit_only)} {'is' if len(jit_only) == 1 else 'are'} not supported (jaxrw "
+            "compiles its own programs, with jax.jit's defaults for those); "
+            if jit_only
+            else ""
+        )
+        options = [k for k in inspect.signature(checked_options).parameters if k != "unknown"]
+        raise InvalidOptionError(
+            f"optimize got {', '.join(f'{k}={v!r}' for k, v in unknown.items())}: {why}"
+            f"its options are {', '.join(options)}"
+        )
     check_choice("numerics", numerics, NUMERICS)
     check_choice("schedule", schedule, SCHEDULES)
     if isinstance(cost_model, str):

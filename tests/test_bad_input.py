@@ -473,6 +473,13 @@ def test_a_program_over_the_equation_limit_is_kept_without_encoding():
         ({"limits": {"iterations": 2.5}}, r"limits.iterations must be a positive int; got 2.5"),
         ({"limits": {"iterations": True}}, r"limits.iterations must be a positive int; got True"),
         ({"limits": {"min_gain": "0.1"}}, r"limits.min_gain must be a number in \[0, 1\); got '0.1'"),
+        # jax.jit's other options, and misspelt ones: a bare TypeError named neither what is allowed
+        ({"keep_unused": True}, r"optimize got keep_unused=True: jax.jit's keep_unused is not supported"),
+        ({"in_shardings": None}, r"in_shardings=None: .*its options are static_argnums, .*max_hoist_bytes$"),
+        (
+            {"hoist_argnum": 0},
+            r"^optimize got hoist_argnum=0: its options are static_argnums, .*hoist_argnums",
+        ),
     ],
 )
 def test_invalid_options_are_refused_at_decoration(kw, match):
