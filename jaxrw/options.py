@@ -66,7 +66,8 @@ def checked_options(
         jit_only = sorted(set(unknown) & set(JIT_ONLY))
         why = (
             f"jax.jit's {', '.join(jit_only)} {'is' if len(jit_only) == 1 else 'are'} not supported (jaxrw "
-            "compiles its own programs, with jax.jit's defaults for those); "
+            "compiles its own programs, with jax.jit's defaults for those; wrap it for them: "
+            "jax.jit(optimize(fn), in_shardings=...)); "
             if jit_only
             else ""
         )
