@@ -278,7 +278,8 @@ class KeptValues:
     program (`shared_prologue`), and max_hoist_bytes over all their slots at once, each set of
     values counted once however many slots share it. Per signature, `Hoisted.fit` bounds the
     slots; this bounds them together, for signatures at other parameter shapes or programs. A
-    set that would pass the bound is not kept: its calls run jax.jit's program (said once)."""
+    set that would pass the bound is not kept: its calls run jax.jit's program (said once).
+    `Optimized.bind`'s values are not counted: the bound function holds them, for the caller."""
 
     def __init__(self, max_bytes: int | None = None, name: str = "") -> None:
         self.max_bytes = max_bytes  # None: unbounded
