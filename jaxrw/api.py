@@ -25,7 +25,7 @@ from .errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, handoff_schedule, install_hot, slow_leaves
 from .logs import fn_name, warn_user
 from .options import both_spellings, checked_options, disabled, resolve_argnums
-from .prologue import KeptValues, shared_prologue
+from .prologue import KeptValues
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
@@ -513,7 +513,7 @@ class Optimized(Stages):
         if hoisted is not None:  # the main program stays a plain jit behind the identity check
             report.hoisted_sets = hoisted.fit(self.max_hoist_bytes)  # autotune's winner decoded again
             mode, why = choice.for_hoisted(self.schedule, hoisted, leaves, self.schedule_memory_slack)
-            call = HoistedCall(hoisted, donate, mode, shared_prologue(self._prologues, hoisted, leaves))
+            call = HoistedCall(hoisted, donate, mode, self._prologues, leaves)
             report.schedule = f"{mode}: {why}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
         else:

@@ -299,7 +299,7 @@ class HotPath:
                 # new slow arrays: this signature's policy decides where the other arguments are
                 # its own, else the call's signature on the full path (`structure_hit`)
                 own = self.own is not None and slow and not compat.traced(slow)
-                own = own and _fast_signature(lay.fast(args, kwargs)) == self.own
+                own = own and _fast_signature(lay.fast(args, kwargs)) == self.own and h.owns(slow)
                 direct = own and h.wants_direct(ids, slow)
                 return opt._run_direct(self.entry, args, kwargs) if direct else MISS
             passed = lay.pick_passed(slow)
@@ -410,7 +410,7 @@ def first_call(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
     prologue values, if computed, stay cached for the plain call)."""
     h = entry.call
     slow = list(h.pick_slow(leaves))
-    if opt._hot_path_off or opt.verify or not _concrete(slow) or not h.fits(0):
+    if opt._hot_path_off or opt.verify or not _concrete(slow) or not h.can_keep(tuple(map(id, slow))):
         return MISS  # (values past max_hoist_bytes: the plain call runs the prologue, keeps nothing)
     h.values_for(slow)
     install_hot(opt, entry, key, args, kwargs, leaves)
@@ -434,9 +434,11 @@ def run_proven(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leav
     main program); else the plain run."""
     hot, h = entry.hot, entry.call
     slow = list(h.pick_slow(leaves))
-    if not opt.verify and not compat.traced(slow):  # new slow arrays, changing on every call
+    if not compat.traced(slow):  # new slow arrays, changing on every call (verify: past the bound)
         ids = tuple(map(id, slow))
-        if (ids != h.ids or h.values is None) and h.wants_direct(ids, slow):
+        if (ids != h.ids or h.values is None) and (
+            not h.can_keep(ids) if opt.verify else h.wants_direct(ids, slow)
+        ):
             return DIRECT
     if hot is None or opt.verify or not _concrete(slow):
         return h(*leaves)
@@ -470,6 +472,8 @@ def structure_hit(
     slot = (h.cache if ids == h.ids else h.spare_slot(ids)) if same else None
     if slot is not None and slot.values is not None:  # a slot's arrays: through its HotPath if any
         return _cached_run(opt, entry, leaves, slot, args, kwargs)
+    # parameters of other shapes with the same other arguments: another signature's, if built
+    same = same and h.owns(slow)
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
     return opt._run_direct(entry, args, kwargs) if h.wants_direct(ids, slow, own=same) else MISS

@@ -81,14 +81,23 @@ class HoistedCall:
     (1.33x of jax.jit's time for 64 small leaves on this project's CPU; 0.85x with a second
     slot), and so did a third and fourth in rotation (1.29x; bench/hoist_signatures_cpu.py)."""
 
-    def __init__(self, hoisted: Any, donate: tuple[int, ...], mode: str = "xla", cache: Any = None):
+    def __init__(
+        self, hoisted: Any, donate: tuple[int, ...], mode: str = "xla", kept: Any = None, leaves: Any = None
+    ):
+        """`kept`: the instance's KeptValues, whose groups share prologue values between signatures
+        (`shared_prologue`, on the call's `leaves`); None: a cache of its own."""
         self.mode = mode  # XLA's schedule for the main program's top-level calls (schedule.xla_modes)
         self.slow = hoisted.slow
         self.nbytes = hoisted.nbytes
         self.used = hoisted.main_args
         self.pick_slow = picker(self.slow)
+        # the abstract values of the slow leaves it was built for (`owns`), where `leaves` is given
+        self.slow_avals = None if leaves is None else avals_of(self.pick_slow(leaves))
         self._pick_used = picker(self.used)
-        self.cache: PrologueValues = cache or PrologueValues(jax.jit(hoisted.prologue))
+        if kept is not None and leaves is not None:
+            self.cache = shared_prologue(kept, hoisted, leaves)
+        else:
+            self.cache = PrologueValues(jax.jit(hoisted.prologue))
         self.prologue = self.cache.prologue
         donate_used = tuple(k for k, i in enumerate(self.used) if i in donate)
         self.main = jax.jit(hoisted.main_used, donate_argnums=donate_used)  # nestable in a trace
@@ -99,7 +108,8 @@ class HoistedCall:
         # after each call give their ids to the next call's new ones)
         self.seen_refs: tuple[tuple[int, ...], list[weakref.ref]] | None = None
         self.before: tuple[int, ...] | None = None  # and of the set called before that one
-        self.seen_elsewhere: tuple[int, ...] | None = None  # of the last call at unbuilt shapes
+        # the slow arrays of the last MAX_SETS calls at unbuilt shapes (ids, weak references)
+        self.elsewhere: list[tuple[tuple[int, ...], list[weakref.ref]]] = []
         self.evicted_at = -EVICT_AFTER  # direct_runs when a set last replaced a full slot
         self.sets = hoisted.sets  # parameter sets whose values may be kept at once (1 to MAX_SETS)
         self.spares: list[PrologueValues] = []  # slots after the first, made as sets come back
@@ -141,6 +151,18 @@ class HoistedCall:
             self.before, self.seen = self.seen, ids
         self.streak = 0
 
+    def owns(self, slow: Any) -> bool:
+        """Whether the slow leaves `slow` have the shapes and dtypes this signature was built for:
+        arrays of another (a second model called with the same data) are not this policy's to
+        decide; the full call path finds their own signature."""
+        return self.slow_avals is None or avals_of(slow) == self.slow_avals
+
+    def can_keep(self, ids: tuple[int, ...]) -> bool:
+        """Whether values for the arrays `ids` would be kept in the first slot: held by a slot of
+        this prologue already (no new bytes), or fitting the instance's bound there."""
+        held = self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None
+        return held or self.fits(0)
+
     def fits(self, slot: int) -> bool:
         """Whether a set's values fit the instance's bound (`KeptValues`) in slot `slot` (0 the
         first, k the k-th spare, len(spares)+1 a new one), in place of what that slot holds."""
@@ -175,8 +197,6 @@ class HoistedCall:
             return None
         # the newest such slot: the first holds the set called most often (the one cached first)
         unused = [k for k, slot in enumerate([self.cache, *self.spares]) if slot.ids not in recent]
-        if unused:
-            self.evicted_at = self.direct_runs
         return unused[-1] if unused else None
 
     def wants_direct(self, ids: tuple[int, ...], slow: Any, own: bool = True) -> bool:
@@ -186,13 +206,18 @@ class HoistedCall:
         same prologue holds values for them (or this one's second slot, `spare`), or where a set
         comes back that a slot is to keep (`into`, read by values_for). `slow`: the call's slow
         arrays, whose ids are `ids`. Not `own`: a call at shapes no signature is built for yet
-        (`hoist.structure_hit`), decided apart from this signature's own calls (True where its
-        arrays differ from the last such call's: nothing is built for them; a run of such calls
-        counts toward the handoff, as a training loop at those shapes)."""
+        (`hoist.structure_hit`), decided apart from this signature's own calls (True unless its
+        arrays, alive, were those of one of the last MAX_SETS such calls: a model at other shapes
+        called in turn with this one gets a signature of its own, new parameters with new shapes
+        on every call build nothing; a run of such calls counts toward the handoff, as a
+        training loop at those shapes)."""
         held = self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None
         if not own:
-            direct = not held and self.cache.fills > 0 and ids != self.seen_elsewhere
-            self.seen_elsewhere = ids
+            back = any(self._alive(d, ids) for d in self.elsewhere)
+            direct = not held and self.cache.fills > 0 and not back
+            if not back:
+                refs = [weakref.ref(x) for x in slow if isinstance(x, jax.Array)]
+                self.elsewhere = [*self.elsewhere[-(MAX_SETS - 1) :], (ids, refs)]
             self.direct_runs += direct
             self.streak = self.streak + 1 if direct else 0
             return direct
@@ -215,12 +240,19 @@ class HoistedCall:
             # (`_slot_for`: more sets in turn than slots keep most of them)
             slot = self._slot_for((seen, before))
             if slot is not None and self.fits(slot):
+                slots = [self.cache, *self.spares]
+                if slot < len(slots) and slots[slot].values is not None:  # replaces a set: counted
+                    self.evicted_at = self.direct_runs
                 self.last_direct = [d for d in self.last_direct if d[0] != ids]
                 self.into, self.streak = (ids, slot), 0
                 return False
         # the prologue runs for the first call and the same new arrays twice, where its values
-        # fit max_hoist_bytes beside those kept for other calls
-        direct = (self.cache.fills > 0 and not again) or not self.fits(0)
+        # fit max_hoist_bytes beside those kept for other calls; a set refused for room is reused,
+        # not new on every call: it does not count toward the handoff, so it is hoisted once kept
+        # values are freed
+        direct = self.cache.fills > 0 and not again
+        refused = not direct and not self.fits(0)
+        direct = direct or refused
         self.direct_runs += direct
         if direct and self.sets > 1:  # for _came_back, which only sets in turn ask
             recent = [d for d in self.last_direct if d[0] != ids][-(self.sets - 1) :]
@@ -228,7 +260,7 @@ class HoistedCall:
             self.last_direct = [*recent, (ids, refs)]
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
         # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
-        self.streak = (1 if seen == self.ids else self.streak + 1) if direct else 0
+        self.streak = (1 if seen == self.ids else self.streak + 1) if direct and not refused else 0
         return direct
 
     @property
@@ -385,6 +417,16 @@ class PrologueValues:
             f.detach()
         self.finalizers = []
         self._invalidate()
+
+
+def avals_of(leaves: Any) -> list[Any]:
+    """The abstract values (shape, dtype, weak type) of jax arrays, else their signature keys:
+    jax shares one aval between arrays of one kind, so comparing these lists is ~2 µs for 56
+    leaves on this project's CPU (leaf_key: 18 µs)."""
+    try:
+        return [x.aval for x in leaves]
+    except AttributeError:  # a NumPy array or Python scalar among them
+        return list(map(leaf_key, leaves))
 
 
 def values_bytes(values: list[Any]) -> int:
