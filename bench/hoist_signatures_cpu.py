@@ -17,6 +17,13 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
 - sets_two_sizes: three parameter sets of 64 leaves, each called at two batch sizes, in turn
   (before the thirty-fourth session the structure lookup remembered one signature, so every call
   took the full call path).
+- shapes_in_turn: three parameter sets of 64 leaves at three shapes (inner size 8, 4, 2) with the
+  same data, in turn: three models through one function (before the thirty-fifth session two
+  of them were decided by another shape's policy or never built).
+- anew_two_sizes: parameters made anew for each call from one set (a cast, as `opt(cast(p), x)`)
+  at two batch sizes: new on every call, so jax.jit's program should run (before the
+  thirty-fifth session the dead arrays' recycled ids read as the same arrays, and the prologue
+  ran on most calls). The making of the arrays is timed for both.
 
     python bench/hoist_signatures_cpu.py [--repeats 7] [--json out.json]
 """
@@ -46,10 +53,12 @@ def _chain(pairs: int):
     return f
 
 
-def _params(seed: int, pairs: int, d: int) -> dict:
-    r = np.random.default_rng(seed)
+def _params(seed: int, pairs: int, d: int, inner: int | None = None) -> dict:
+    """Weights A_i (d, inner) and B_i (inner, d) of `_chain` (inner: d where not given)."""
+    r, inner = np.random.default_rng(seed), inner or d
+    shapes = {"A": (d, inner), "B": (inner, d)}
     return {
-        f"{k}{i}": jnp.asarray(r.standard_normal((d, d)).astype(np.float32) / np.sqrt(d))
+        f"{k}{i}": jnp.asarray(r.standard_normal(shapes[k]).astype(np.float32) / np.sqrt(d))
         for i in range(pairs)
         for k in "AB"
     }
@@ -81,6 +90,13 @@ def _data(name: str) -> dict:
     if name == "sets_two_sizes":
         sizes = (jnp.ones((2, 8)), jnp.ones((5, 8)))
         return {"sets": [_params(120 + k, 32, 8) for k in range(3)], "x": sizes}
+    if name == "shapes_in_turn":
+        return {
+            "sets": [_params(130 + k, 32, 8, inner) for k, inner in enumerate((8, 4, 2))],
+            "x": (jnp.ones((2, 8)),),
+        }
+    if name == "anew_two_sizes":
+        return {"sets": (_params(140, 32, 8),), "x": (jnp.ones((2, 8)), jnp.ones((5, 8)))}
     return {"sets": (_params(100, 32, 8), _params(101, 32, 8)), "x": (jnp.ones((2, 8)),)}
 
 
@@ -96,12 +112,23 @@ def _pattern(name: str, fn, data: dict) -> tuple[list, list]:
     if name == "sets_two_sizes":
         calls = [lambda p=p, x=x: fn(p, x) for p in sets for x in xs] * 10
         return calls, calls
+    if name == "anew_two_sizes":  # each call's arrays die after it
+        calls = [lambda x=x: fn({k: v * 1.0 for k, v in sets[0].items()}, x) for x in xs] * 20
+        return calls, calls
     calls = [lambda p=p: fn(p, xs[0]) for p in sets] * 20
-    return (calls, calls) if name == "rotation_4" else (calls, calls[1::2])
+    return (calls, calls[1::2]) if name == "alternating_64" else (calls, calls)
 
 
 # name: weight pairs of f
-PATTERNS = {"two_sets": 1, "train_eval": 2, "alternating_64": 32, "rotation_4": 32, "sets_two_sizes": 32}
+PATTERNS = {
+    "two_sets": 1,
+    "train_eval": 2,
+    "alternating_64": 32,
+    "rotation_4": 32,
+    "sets_two_sizes": 32,
+    "shapes_in_turn": 32,
+    "anew_two_sizes": 32,
+}
 
 
 def measure(name: str, repeats: int) -> dict:
