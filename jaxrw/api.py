@@ -177,7 +177,7 @@ class Optimized(Stages):
             return self._jitted(*args, **kwargs)
         if jax.config.jax_disable_jit:  # jax.disable_jit(): run eagerly, as jax.jit's function does
             return self.fn(*args, **kwargs)
-        if self._hot_path is not None:  # hoisting, with one signature called so far
+        if self._hot_path is not None and not getattr(type(self), "_checked_hot", False):  # hoisting
             try:
                 out = self._hot_path(self, args, kwargs)
             except NotHot:

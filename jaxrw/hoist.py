@@ -71,6 +71,7 @@ class _Layout:
         read = set(entry.call.used)
         self.passed = tuple(j for j, i in enumerate(self.full_index) if i in read)
         self.pick_passed = picker(self.passed)
+        self.pick_passed_full = picker(tuple(self.full_index[j] for j in self.passed))  # of all leaves
         # stand-ins for the hoisted arguments inside the jit (their leaves come from `passed`)
         present = [*((i, args[i]) for i in self.pos), *((k, kwargs[k]) for k in self.names)]
         self._slots = {k: jax.tree_util.tree_map(lambda _: _SLOT, v) for k, v in present}
@@ -160,15 +161,16 @@ class HotStructure:
     """The hoisted signatures called with one pytree structure and statics (`Optimized._hot`), by
     the keys of their fast (not hoisted) leaves, so that a call on cached arrays finds its own
     signature without the full key (`structure_hit`): batch sizes or cache lengths in turn,
-    each with its parameter sets. `last`: the signature called last, whose policy decides for
-    calls at shapes no signature is built for yet."""
+    each with its parameter sets, and under one key the signatures of parameters of other shapes
+    with the same data (models in turn). `last`: the signature called last, whose policy
+    decides for calls at shapes no signature is built for yet."""
 
     __slots__ = ("fast", "pick", "signatures", "last")
 
     def __init__(self, fast: tuple[int, ...], entry: Any):
         self.fast = fast  # positions of the fast leaves
         self.pick = picker(fast)
-        self.signatures: dict[tuple, Any] = {}
+        self.signatures: dict[tuple, list[Any]] = {}
         self.last = entry
 
 
@@ -356,7 +358,9 @@ class HotPath:
                 opt._set_hot_path(None, off=True)
             return slow_call(opt, *args, **kwargs)
 
-        return type(base.__name__, (base,), {"__call__": hot_call, "_call_class": True})
+        # `_checked_hot`: a call it passes on was not this path's (Optimized.__call__ goes on to the
+        # structure lookup, which finds any signature's slot, and the policy for new arrays)
+        return type(base.__name__, (base,), {"__call__": hot_call, "_call_class": True, "_checked_hot": True})
 
 
 def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leaves: list) -> None:
@@ -369,7 +373,10 @@ def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, lea
     known = opt._hot.get((key[0], key[2]))
     if known is None or known.fast != fast:  # other leaves hoisted: a record of its own
         known = opt._hot[(key[0], key[2])] = HotStructure(fast, entry)
-    known.signatures[tuple(key[1][i] for i in fast)] = known.last = entry
+    known.last = entry
+    alike = known.signatures.setdefault(tuple(key[1][i] for i in fast), [])
+    if not any(e is entry for e in alike):
+        alike.append(entry)
     # the cached values belong to this call's slow arrays (not so when one is a tracer)
     ids = tuple(map(id, h.pick_slow(leaves)))
     spare = h.spare_slot(ids)
@@ -463,28 +470,31 @@ def structure_hit(
     called, when no signature is built for the call's shapes yet, `key()`: new parameters with
     new shapes on every call then build nothing) sends the call there; else MISS, for the full
     call path."""
-    entry = known.signatures.get(tuple(map(leaf_key, known.pick(leaves))))
+    alike = known.signatures.get(tuple(map(leaf_key, known.pick(leaves))), ())
+    slow = known.last.call.pick_slow(leaves)  # (the same leaves in each: one structure)
+    ids = tuple(map(id, slow))
+    for entry in alike:  # a slot's arrays: through that signature's HotPath if any
+        h = entry.call
+        slot = h.cache if ids == h.ids else h.spare_slot(ids)
+        if slot is not None and slot.values is not None:
+            return _cached_run(opt, entry, leaves, slot, args, kwargs)
+    # new arrays: the policy of the signature built for parameters of their shapes, if any
+    entry = next((e for e in alike if e.call.owns(slow)), None)
     same = entry is not None
     entry = entry or known.last
     h = entry.call
-    slow = h.pick_slow(leaves)
-    ids = tuple(map(id, slow))
-    slot = (h.cache if ids == h.ids else h.spare_slot(ids)) if same else None
-    if slot is not None and slot.values is not None:  # a slot's arrays: through its HotPath if any
-        return _cached_run(opt, entry, leaves, slot, args, kwargs)
-    # parameters of other shapes with the same other arguments: another signature's, if built
-    same = same and h.owns(slow)
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
     return opt._run_direct(entry, args, kwargs) if h.wants_direct(ids, slow, own=same) else MISS
 
 
 def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwargs: dict) -> Any:
-    """structure_hit's result for arrays cached in `slot`: through the signature's HotPath, whose
-    jit its first call compiled (the plain run's would compile the main program again), where
-    that path's checks are those of the slot's arrays now; through the plain run where the
-    signature has no usable HotPath (its first call compiled that one); else MISS (the full
-    call path refreshes the HotPath)."""
+    """structure_hit's result for arrays cached in `slot`: the jit of the signature's HotPath,
+    which its first call compiled (the plain run's would compile the main program again), where
+    that path is in step with the slot's arrays now, without its identity check (the call's
+    slow leaves are the slot's by id, and alive); through the plain run where the signature has
+    no usable HotPath (its first call compiled that one); else MISS (the full call path
+    refreshes the HotPath)."""
     h, hot = entry.call, entry.hot
     if hot is None or hot.ids is None:
         h.saw(slot.ids)
@@ -492,8 +502,12 @@ def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwar
     synced = hot.h_ids is h.ids if slot is h.cache else hot.checked_spare(slot)
     if not synced:
         return MISS
+    # the call's slow leaves are the slot's arrays (by id, and alive: the call holds them) in the
+    # signature's structure: its jit runs without the HotPath's identity check
+    h.saw(slot.ids)
+    fast, fast_kw = hot.layout.fast(args, kwargs)
     try:
-        return hot(opt, args, kwargs)
+        return hot._run(slot.values, hot.layout.pick_passed_full(leaves), fast, fast_kw)
     except NotHot:  # not expected at the signature's own shapes: the full call path decides
         return MISS
 
