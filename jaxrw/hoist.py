@@ -16,7 +16,7 @@ import jax
 from . import compat
 from .identity import checker, snapshot  # re-exported: the quick path's checks
 from .options import param_names
-from .prologue import HANDOFF_AFTER, HoistedCall, picker
+from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, picker
 from .schedule.xla_modes import is_nested_options_error, tuned_jit, without_frame
 from .signature import leaf_key, leaf_owners  # the signature key optimize uses
 
@@ -165,13 +165,14 @@ class HotStructure:
     with the same data (models in turn). `last`: the signature called last, whose policy
     decides for calls at shapes no signature is built for yet."""
 
-    __slots__ = ("fast", "pick", "signatures", "last")
+    __slots__ = ("fast", "pick", "signatures", "last", "unbuilt")
 
     def __init__(self, fast: tuple[int, ...], entry: Any):
         self.fast = fast  # positions of the fast leaves
         self.pick = picker(fast)
         self.signatures: dict[tuple, list[Any]] = {}
         self.last = entry
+        self.unbuilt = UnbuiltCalls()  # calls at shapes no signature is built for yet
 
 
 class _SpareChecks(NamedTuple):
@@ -485,7 +486,8 @@ def structure_hit(
     h = entry.call
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
-    return opt._run_direct(entry, args, kwargs) if h.wants_direct(ids, slow, own=same) else MISS
+    back = not same and known.unbuilt.came_back(ids, slow)
+    return opt._run_direct(entry, args, kwargs) if h.wants_direct(ids, slow, own=same, back=back) else MISS
 
 
 def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwargs: dict) -> Any:

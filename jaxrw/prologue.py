@@ -31,6 +31,8 @@ __all__ = [
     "HoistedCall",
     "KeptValues",
     "PrologueValues",
+    "UNBUILT_WINDOW",
+    "UnbuiltCalls",
     "picker",
     "shared_prologue",
 ]
@@ -42,6 +44,10 @@ log = logging.getLogger("jaxrw")
 # outside jit), the signature runs jax.jit's program through jax's C++ dispatch (Optimized's
 # fast path): any Python per call costs 20-35 us on the H200 host measured (bench/HISTORY.md)
 HANDOFF_AFTER = 16
+# Calls at shapes no signature is built for yet: arrays that come back within this many such
+# calls get a signature of their own (models of other shapes in turn); arrays new on every call
+# never come back, so a training loop at those shapes builds nothing
+UNBUILT_WINDOW = 16
 # A set coming back may replace a full slot at most once per this many direct runs: more sets in
 # rotation than slots otherwise evict each other, a prologue run every few calls
 EVICT_AFTER = 8
@@ -108,8 +114,6 @@ class HoistedCall:
         # after each call give their ids to the next call's new ones)
         self.seen_refs: tuple[tuple[int, ...], list[weakref.ref]] | None = None
         self.before: tuple[int, ...] | None = None  # and of the set called before that one
-        # the slow arrays of the last MAX_SETS calls at unbuilt shapes (ids, weak references)
-        self.elsewhere: list[tuple[tuple[int, ...], list[weakref.ref]]] = []
         self.evicted_at = -EVICT_AFTER  # direct_runs when a set last replaced a full slot
         self.sets = hoisted.sets  # parameter sets whose values may be kept at once (1 to MAX_SETS)
         self.spares: list[PrologueValues] = []  # slots after the first, made as sets come back
@@ -169,14 +173,9 @@ class HoistedCall:
         slots = [self.cache, *self.spares]
         return self.cache.kept.room(slots[slot] if slot < len(slots) else None, self.nbytes)
 
-    @staticmethod
-    def _alive(kept: tuple[tuple[int, ...], list[weakref.ref]] | None, ids: tuple[int, ...]) -> bool:
-        """Whether `kept` (ids and weak references) is of the arrays `ids`, every one alive."""
-        return kept is not None and kept[0] == ids and all(r() is not None for r in kept[1])
-
     def _came_back(self, ids: tuple[int, ...]) -> bool:
         """Whether `ids` are those of arrays jax.jit's program ran for lately, still alive."""
-        return any(self._alive(d, ids) for d in self.last_direct)
+        return any(alive(d, ids) for d in self.last_direct)
 
     def _free_slot(self) -> int | None:
         """A slot holding no values (its arrays died, or it was cleared), else a new one while
@@ -199,7 +198,7 @@ class HoistedCall:
         unused = [k for k, slot in enumerate([self.cache, *self.spares]) if slot.ids not in recent]
         return unused[-1] if unused else None
 
-    def wants_direct(self, ids: tuple[int, ...], slow: Any, own: bool = True) -> bool:
+    def wants_direct(self, ids: tuple[int, ...], slow: Any, own: bool = True, back: bool = False) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
         should run (the arrays differ from the previous call's too), False when the prologue
         should (first call, or the same new arrays twice in a row) or another signature of the
@@ -207,25 +206,20 @@ class HoistedCall:
         comes back that a slot is to keep (`into`, read by values_for). `slow`: the call's slow
         arrays, whose ids are `ids`. Not `own`: a call at shapes no signature is built for yet
         (`hoist.structure_hit`), decided apart from this signature's own calls (True unless its
-        arrays, alive, were those of one of the last MAX_SETS such calls: a model at other shapes
-        called in turn with this one gets a signature of its own, new parameters with new shapes
-        on every call build nothing; a run of such calls counts toward the handoff, as a
-        training loop at those shapes)."""
+        arrays came `back`, `UnbuiltCalls`: a model at other shapes called in turn with this one
+        gets a signature of its own, new parameters on every call build nothing; a run of such
+        calls counts toward this signature's handoff, as a training loop at those shapes)."""
         held = self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None
         if not own:
-            back = any(self._alive(d, ids) for d in self.elsewhere)
             direct = not held and self.cache.fills > 0 and not back
-            if not back:
-                refs = [weakref.ref(x) for x in slow if isinstance(x, jax.Array)]
-                self.elsewhere = [*self.elsewhere[-(MAX_SETS - 1) :], (ids, refs)]
             self.direct_runs += direct
             self.streak = self.streak + 1 if direct else 0
             return direct
         seen, before = self.seen, self.before
-        again = ids == seen and self._alive(self.seen_refs, ids)  # the last call's arrays, again
+        again = ids == seen and alive(self.seen_refs, ids)  # the last call's arrays, again
         if ids != seen:
             self.before, self.seen = seen, ids
-        refs = None if again else [weakref.ref(x) for x in slow if isinstance(x, jax.Array)]
+        refs = None if again else weak_refs(slow)
         if refs is not None:
             self.seen_refs = (ids, refs)
         if self.into is not None and self.into[0] == ids:  # decided by an earlier ask in this call
@@ -247,20 +241,21 @@ class HoistedCall:
                 self.into, self.streak = (ids, slot), 0
                 return False
         # the prologue runs for the first call and the same new arrays twice, where its values
-        # fit max_hoist_bytes beside those kept for other calls; a set refused for room is reused,
-        # not new on every call: it does not count toward the handoff, so it is hoisted once kept
-        # values are freed
+        # fit max_hoist_bytes beside those kept for other calls. A set refused for room and
+        # reused (`again`) does not count toward the handoff, so it is hoisted once kept values
+        # are freed; arrays new on every call do (a training loop whose first set was refused)
         direct = self.cache.fills > 0 and not again
         refused = not direct and not self.fits(0)
         direct = direct or refused
         self.direct_runs += direct
         if direct and self.sets > 1:  # for _came_back, which only sets in turn ask
             recent = [d for d in self.last_direct if d[0] != ids][-(self.sets - 1) :]
-            refs = refs if refs is not None else [weakref.ref(x) for x in slow if isinstance(x, jax.Array)]
+            refs = refs if refs is not None else weak_refs(slow)
             self.last_direct = [*recent, (ids, refs)]
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
         # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
-        self.streak = (1 if seen == self.ids else self.streak + 1) if direct and not refused else 0
+        counted = direct and not (refused and again)
+        self.streak = (1 if seen == self.ids else self.streak + 1) if counted else 0
         return direct
 
     @property
@@ -417,6 +412,34 @@ class PrologueValues:
             f.detach()
         self.finalizers = []
         self._invalidate()
+
+
+def alive(kept: tuple[tuple[int, ...], list[weakref.ref]] | None, ids: tuple[int, ...]) -> bool:
+    """Whether `kept` (ids and weak references) is of the arrays `ids`, every one alive (a dead
+    array's id may be a new array's now)."""
+    return kept is not None and kept[0] == ids and all(r() is not None for r in kept[1])
+
+
+def weak_refs(slow: Any) -> list[weakref.ref]:
+    """Weak references to the jax arrays among `slow` (others cannot be kept an eye on)."""
+    return [weakref.ref(x) for x in slow if isinstance(x, jax.Array)]
+
+
+class UnbuiltCalls:
+    """The slow arrays of the last UNBUILT_WINDOW calls of one pytree structure at shapes no
+    signature is built for yet (`hoist.structure_hit`), kept with weak references: arrays that
+    come back among them, alive, get a signature of their own (models of other shapes in turn);
+    arrays new on every call never do. One per structure, whichever signature's policy decides."""
+
+    def __init__(self) -> None:
+        self.recent: list[tuple[tuple[int, ...], list[weakref.ref]]] = []
+
+    def came_back(self, ids: tuple[int, ...], slow: Any) -> bool:
+        """Whether the arrays `ids` were those of one of the recent calls; this call is recorded."""
+        if any(alive(d, ids) for d in self.recent):
+            return True
+        self.recent = [*self.recent[-(UNBUILT_WINDOW - 1) :], (ids, weak_refs(slow))]
+        return False
 
 
 def avals_of(leaves: Any) -> list[Any]:

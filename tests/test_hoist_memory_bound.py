@@ -201,3 +201,21 @@ def test_verify_runs_a_refused_set_on_jax_jit_without_its_prologue():
         for _ in range(6):
             _check(opt, b, x)
     assert _by_shape(opt, b).prologue_runs <= 1
+
+
+def test_a_training_loop_whose_first_set_was_refused_is_handed_off():
+    # refusals did not count toward the handoff: a signature whose first set was refused read
+    # every later call as refused, new arrays or not, and ran jax.jit's program behind jaxrw's
+    # Python for good (40 µs a call against jax.jit's 8 µs on this CPU, from a review)
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET)
+    a, b, x = _params(520), _params(521, r=32), _x(522)
+    for _ in range(2):
+        _check(opt, a, x)
+    with pytest.warns(UserWarning, match="max_hoist_bytes"):
+        for _ in range(2):
+            _check(opt, b, x)
+    for _ in range(20):  # b trained: new arrays on every call
+        b = {k: v * 0.999 for k, v in b.items()}
+        _check(opt, b, x)
+    assert _by_shape(opt, b).direct_runs >= 16
+    assert any(e.handed_off and e.call is _by_shape(opt, b) for e in opt._cache.values())

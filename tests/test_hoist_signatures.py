@@ -279,14 +279,15 @@ def test_parameters_made_anew_for_each_call_are_new_though_their_ids_recur():
         pytest.skip("this interpreter gave new ids to each call's arrays")
 
 
-def test_models_of_three_shapes_in_turn_are_served_from_their_slots(monkeypatch):
+def test_models_of_six_shapes_in_turn_are_served_from_their_slots(monkeypatch):
     # the structure lookup kept one signature per shape of the other arguments: two of three
     # parameter shapes called with the same data took the full call path on every call
-    # (1.54x of jax.jit's time on this CPU, bench/hoist_signatures_cpu.py shapes_in_turn)
+    # (1.54x of jax.jit's time on this CPU, bench/hoist_signatures_cpu.py shapes_in_turn); and
+    # past four shapes in turn (the window of calls at unbuilt shapes) some were never built
     from tests.test_hoist_two_sets import _no_full_path
 
     opt = jaxrw.optimize(f, hoist_argnums=0)
-    sets = [_params(510), _params(511, r=32), _params(512, r=16)]
+    sets = [_params(510 + k, r=8 * (k + 1)) for k in range(6)]
     x = _x(513)
     for _ in range(3):
         for p in sets:
