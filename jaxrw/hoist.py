@@ -1,7 +1,6 @@
 """The hoisted call path (`optimize(hoist_argnums=...)`): the main program run on prologue values
 cached by the identity of the slow arrays (`prologue.HoistedCall`), the quick path of cached
-calls (`HotPath`), and, when the slow arrays change on every call, jax.jit's own program.
-"""
+calls (`HotPath`), and, when the slow arrays change on every call, jax.jit's own program."""
 
 from __future__ import annotations
 

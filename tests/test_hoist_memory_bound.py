@@ -44,6 +44,19 @@ def _by_shape(opt, p) -> HoistedCall:
     return found[0]
 
 
+def _second_refused(seed: int, calls: int, **opts):
+    """An instance with room for one set: `a` kept (two calls), then `b`, at other shapes, called
+    `calls` times and refused (said); returns (opt, a, b, x)."""
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET, **opts)
+    a, b, x = _params(seed), _params(seed + 1, r=32), _x(seed + 2)
+    for _ in range(2):
+        _check(opt, a, x)
+    with pytest.warns(UserWarning, match="max_hoist_bytes"):
+        for _ in range(calls):
+            _check(opt, b, x)
+    return opt, a, b, x
+
+
 def test_parameters_at_a_second_shape_are_not_kept_past_the_bound():
     opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET)  # room for one set in all
     a, b, x = _params(400), _params(401, r=32), _x(402)  # two prologue programs, values of one size
@@ -65,13 +78,7 @@ def test_parameters_at_a_second_shape_are_not_kept_past_the_bound():
 
 
 def test_values_freed_when_their_arrays_die_make_room():
-    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET)
-    a, b, x = _params(410), _params(411, r=32), _x(412)
-    for _ in range(2):
-        _check(opt, a, x)
-    with pytest.warns(UserWarning, match="max_hoist_bytes"):
-        for _ in range(3):
-            _check(opt, b, x)
+    opt, a, b, x = _second_refused(410, calls=3)
     second = _by_shape(opt, b)
     assert second.values is None
     del a
@@ -127,13 +134,7 @@ def test_a_set_in_turn_gets_no_slot_past_the_bound():
 def test_a_refused_set_reused_is_hoisted_once_room_is_freed():
     # refusals counted toward the handoff: a set reused while refused was handed to jax.jit's
     # program for good after 16 calls, so freeing kept values never brought hoisting back
-    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET)
-    a, b, x = _params(450), _params(451, r=32), _x(452)
-    for _ in range(2):
-        _check(opt, a, x)
-    with pytest.warns(UserWarning, match="max_hoist_bytes"):
-        for _ in range(20):
-            _check(opt, b, x)
+    opt, a, b, x = _second_refused(450, calls=20)
     assert not any(e.handed_off for e in opt._cache.values())
     del a
     gc.collect()
@@ -193,13 +194,7 @@ def test_values_another_signature_holds_are_no_new_bytes_at_a_first_call():
 
 
 def test_verify_runs_a_refused_set_on_jax_jit_without_its_prologue():
-    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET, verify=True)
-    a, b, x = _params(490), _params(491, r=32), _x(492)
-    for _ in range(2):
-        _check(opt, a, x)
-    with pytest.warns(UserWarning, match="max_hoist_bytes"):
-        for _ in range(6):
-            _check(opt, b, x)
+    opt, _a, b, _x2 = _second_refused(490, calls=6, verify=True)
     assert _by_shape(opt, b).prologue_runs <= 1
 
 
@@ -207,13 +202,7 @@ def test_a_training_loop_whose_first_set_was_refused_is_handed_off():
     # refusals did not count toward the handoff: a signature whose first set was refused read
     # every later call as refused, new arrays or not, and ran jax.jit's program behind jaxrw's
     # Python for good (40 µs a call against jax.jit's 8 µs on this CPU, from a review)
-    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=ONE_SET)
-    a, b, x = _params(520), _params(521, r=32), _x(522)
-    for _ in range(2):
-        _check(opt, a, x)
-    with pytest.warns(UserWarning, match="max_hoist_bytes"):
-        for _ in range(2):
-            _check(opt, b, x)
+    opt, _a, b, x = _second_refused(520, calls=2)
     for _ in range(20):  # b trained: new arrays on every call
         b = {k: v * 0.999 for k, v in b.items()}
         _check(opt, b, x)
