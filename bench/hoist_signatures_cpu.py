@@ -14,6 +14,8 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
 - rotation_4: four parameter sets of 64 leaves in turn (ensemble members, checkpoints), every
   call timed (before the thirty-fourth session only two were kept: the third and fourth ran
   jax.jit's program behind the hoisted call's Python).
+- rotation_6: six such sets in turn, more than a signature's four slots (before the thirty-fifth
+  session one set was kept and five ran jax.jit's program behind the hoisted call's Python).
 - sets_two_sizes: three parameter sets of 64 leaves, each called at two batch sizes, in turn
   (before the thirty-fourth session the structure lookup remembered one signature, so every call
   took the full call path).
@@ -85,8 +87,9 @@ def _data(name: str) -> dict:
             "sets": [_params(10 + k, 2, 512) for k in range(20)],
             "x": (jnp.ones((4, 512)), jnp.ones((9, 512))),
         }
-    if name == "rotation_4":
-        return {"sets": [_params(110 + k, 32, 8) for k in range(4)], "x": (jnp.ones((2, 8)),)}
+    if name in ("rotation_4", "rotation_6"):
+        n = int(name[-1])
+        return {"sets": [_params(110 + k, 32, 8) for k in range(n)], "x": (jnp.ones((2, 8)),)}
     if name == "sets_two_sizes":
         sizes = (jnp.ones((2, 8)), jnp.ones((5, 8)))
         return {"sets": [_params(120 + k, 32, 8) for k in range(3)], "x": sizes}
@@ -125,6 +128,7 @@ PATTERNS = {
     "train_eval": 2,
     "alternating_64": 32,
     "rotation_4": 32,
+    "rotation_6": 32,
     "sets_two_sizes": 32,
     "shapes_in_turn": 32,
     "anew_two_sizes": 32,

@@ -343,7 +343,7 @@ class HotPath:
                 return slow_call(opt, *args, **kwargs)
             if args and cache.ids is token and same_lead(args[0]):
                 if h.seen is not token and h.seen != token:  # HoistedCall.saw, inline
-                    h.before, h.seen = h.seen, token
+                    h.before, h.seen, cache.stamp = h.seen, token, h.direct_runs
                 h.streak = 0
                 got = cache.values, (tuple(map(get, refs)) if refs else ())
             elif not args or not h.spares or (got := from_spare(args[0], lead=True)) is None:

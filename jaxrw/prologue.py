@@ -31,7 +31,7 @@ __all__ = [
     "HoistedCall",
     "KeptValues",
     "PrologueValues",
-    "UNBUILT_WINDOW",
+    "RECENT_SETS",
     "UnbuiltCalls",
     "picker",
     "shared_prologue",
@@ -44,12 +44,14 @@ log = logging.getLogger("jaxrw")
 # outside jit), the signature runs jax.jit's program through jax's C++ dispatch (Optimized's
 # fast path): any Python per call costs 20-35 us on the H200 host measured (bench/HISTORY.md)
 HANDOFF_AFTER = 16
-# Calls at shapes no signature is built for yet: arrays that come back within this many such
-# calls get a signature of their own (models of other shapes in turn); arrays new on every call
-# never come back, so a training loop at those shapes builds nothing
-UNBUILT_WINDOW = 16
-# A set coming back may replace a full slot at most once per this many direct runs: more sets in
-# rotation than slots otherwise evict each other, a prologue run every few calls
+# How many recent sets that ran jax.jit's program are remembered, so that one coming back is
+# known: a signature's sets (`HoistedCall.last_direct`), and calls at shapes no signature is built
+# for yet (`UnbuiltCalls`: arrays that come back get a signature of their own, models of other
+# shapes in turn). Arrays new on every call never come back (a training loop keeps nothing).
+RECENT_SETS = 16
+# A full slot is replaced only where it went unused for this many direct runs, and at most once
+# per this many: more sets in rotation than slots keep as many as there are slots (each slot is
+# used every round); a new group of sets takes the slots of one no longer called
 EVICT_AFTER = 8
 
 
@@ -77,12 +79,14 @@ class HoistedCall:
 
     Fixed parameter sets in turn (checkpoints, a model and its averaged weights, ensemble
     members): a set that comes back while jax.jit's program ran for it lately (one of the last
-    `sets` sets it ran for, still alive), with another set's cached call between, gets values of
-    its own in an extra slot (`spares`) where the values fit max_hoist_bytes that many times
+    RECENT_SETS sets it ran for, still alive), with another set's cached call between, gets values
+    of its own in an extra slot (`spares`) where the values fit max_hoist_bytes that many times
     (`Hoisted.sets`, at most MAX_SETS), so every call runs hoisted. A set coming back while every
-    slot is full replaces one that neither of the last two sets called used, at most once per
-    EVICT_AFTER direct runs: more sets in rotation than slots never run the prologue per call,
-    but the sets kept may be few (six sets in turn with four slots keep one).
+    slot is full replaces one that neither of the last two sets called used, nor any set for
+    EVICT_AFTER direct runs (`PrologueValues.stamp`), at most once per EVICT_AFTER direct runs:
+    more sets in rotation than slots keep four of them and never run the prologue per call (six
+    sets of 64 leaves in turn: 0.86x of jax.jit's time; 1.5x when one was kept, or when slots were
+    taken from sets still in the rotation).
     Before, a second set ran jax.jit's program behind the hoisted call's Python on every call
     (1.33x of jax.jit's time for 64 small leaves on this project's CPU; 0.85x with a second
     slot), and so did a third and fourth in rotation (1.29x; bench/hoist_signatures_cpu.py)."""
@@ -117,7 +121,7 @@ class HoistedCall:
         self.evicted_at = -EVICT_AFTER  # direct_runs when a set last replaced a full slot
         self.sets = hoisted.sets  # parameter sets whose values may be kept at once (1 to MAX_SETS)
         self.spares: list[PrologueValues] = []  # slots after the first, made as sets come back
-        # the ids of the arrays jax.jit's program last ran for (the last `sets` sets, newest last),
+        # the ids of the arrays jax.jit's program last ran for (the last RECENT_SETS, newest last),
         # each with weak references to them: a set "comes back" only while its arrays live (a new
         # set may take a dead one's ids)
         self.last_direct: list[tuple[tuple[int, ...], list[weakref.ref]]] = []
@@ -153,7 +157,14 @@ class HoistedCall:
         HotPath.call_class, does the same inline.)"""
         if ids != self.seen:
             self.before, self.seen = self.seen, ids
+            self._stamp(ids)
         self.streak = 0
+
+    def _stamp(self, ids: tuple[int, ...]) -> None:
+        """The slot holding the arrays `ids` is in use now (`_slot_for` replaces stale ones only)."""
+        for slot in (self.cache, *self.spares):
+            if slot.ids == ids:
+                slot.stamp = self.direct_runs
 
     def owns(self, slow: Any) -> bool:
         """Whether the slow leaves `slow` have the shapes and dtypes this signature was built for:
@@ -187,16 +198,18 @@ class HoistedCall:
 
     def _slot_for(self, recent: tuple[Any, ...]) -> int | None:
         """Where a set coming back goes: a free slot (`_free_slot`), else the newest slot that
-        none of the `recent` sets (the last two called) used, at most once per EVICT_AFTER direct
-        runs; None: it stays direct."""
+        none of the `recent` sets (the last two called) used and none used for EVICT_AFTER direct
+        runs, at most once per EVICT_AFTER direct runs; None: it stays direct."""
         free = self._free_slot()
         if free is not None:
             return free
-        if self.direct_runs - self.evicted_at < EVICT_AFTER:
+        runs = self.direct_runs
+        if runs - self.evicted_at < EVICT_AFTER:
             return None
         # the newest such slot: the first holds the set called most often (the one cached first)
-        unused = [k for k, slot in enumerate([self.cache, *self.spares]) if slot.ids not in recent]
-        return unused[-1] if unused else None
+        slots = [self.cache, *self.spares]
+        stale = [k for k, s in enumerate(slots) if s.ids not in recent and runs - s.stamp >= EVICT_AFTER]
+        return stale[-1] if stale else None
 
     def wants_direct(self, ids: tuple[int, ...], slow: Any, own: bool = True, back: bool = False) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
@@ -249,7 +262,7 @@ class HoistedCall:
         direct = direct or refused
         self.direct_runs += direct
         if direct and self.sets > 1:  # for _came_back, which only sets in turn ask
-            recent = [d for d in self.last_direct if d[0] != ids][-(self.sets - 1) :]
+            recent = [d for d in self.last_direct if d[0] != ids][-(RECENT_SETS - 1) :]
             refs = refs if refs is not None else weak_refs(slow)
             self.last_direct = [*recent, (ids, refs)]
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
@@ -291,13 +304,13 @@ class HoistedCall:
             slot = self._free_slot()  # not the first: it holds values (`shared`)
             if slot is None:
                 return elsewhere
-        if slot == 0:
-            return self.cache.values_for(slow)
         if slot > len(self.spares):
             self.spares.append(PrologueValues(self.cache.prologue, self.cache.group, self.cache.kept))
             n = len(self.spares) + 1
             log.info("jaxrw: %d parameter sets in turn: each kept (%d bytes)", n, n * self.nbytes)
-        return self.spares[slot - 1].values_for(slow)
+        values = (self.cache if slot == 0 else self.spares[slot - 1]).values_for(slow)
+        self._stamp(ids)  # filled now: in use
+        return values
 
 
 class KeptValues:
@@ -368,6 +381,7 @@ class PrologueValues:
         self.finalizers: list[weakref.finalize] = []  # clear the cache when a leaf of `ids` dies
         self.runs = 0  # prologue runs
         self.fills = 0  # times values were cached: run here or taken from another signature
+        self.stamp = 0  # the owning signature's direct runs when these values were last used
 
     def _invalidate(self) -> None:
         self.ids = None
@@ -426,7 +440,7 @@ def weak_refs(slow: Any) -> list[weakref.ref]:
 
 
 class UnbuiltCalls:
-    """The slow arrays of the last UNBUILT_WINDOW calls of one pytree structure at shapes no
+    """The slow arrays of the last RECENT_SETS calls of one pytree structure at shapes no
     signature is built for yet (`hoist.structure_hit`), kept with weak references: arrays that
     come back among them, alive, get a signature of their own (models of other shapes in turn);
     arrays new on every call never do. One per structure, whichever signature's policy decides."""
@@ -438,7 +452,7 @@ class UnbuiltCalls:
         """Whether the arrays `ids` were those of one of the recent calls; this call is recorded."""
         if any(alive(d, ids) for d in self.recent):
             return True
-        self.recent = [*self.recent[-(UNBUILT_WINDOW - 1) :], (ids, weak_refs(slow))]
+        self.recent = [*self.recent[-(RECENT_SETS - 1) :], (ids, weak_refs(slow))]
         return False
 
 
