@@ -14,6 +14,10 @@ from . import compat
 
 __all__ = ["checker", "snapshot"]
 
+# Containers of this many leaves or more compare their first leaf before the rest: a check that
+# fails (another parameter set's arrays, tried slot after slot) stops there, for ~0.2 µs more
+# where it holds (5% of a 64-leaf check on this project's CPU)
+LONG = 16
 # kinds of `snapshot` nodes
 _LEAF, _NONE, _DICT, _DICT_OF_LEAVES, _SEQ, _SEQ_OF_LEAVES = range(6)
 
@@ -54,10 +58,23 @@ def checker(snap: tuple) -> Callable[[Any], bool]:
         return lambda t: t is None
     if kind == _DICT_OF_LEAVES:
         keys, ids = snap[1], list(snap[2])
-        return lambda t: type(t) is dict and tuple(t) == keys and [id(x) for x in t.values()] == ids
+        if len(ids) < LONG:
+            return lambda t: type(t) is dict and tuple(t) == keys and [id(x) for x in t.values()] == ids
+        first = ids[0]  # another set's arrays differ here: known in 0.2 µs, not 4 µs (64 leaves)
+        return lambda t: (
+            type(t) is dict
+            and id(next(iter(t.values()), None)) == first
+            and tuple(t) == keys
+            and [id(x) for x in t.values()] == ids
+        )
     if kind == _SEQ_OF_LEAVES:
         kind_of, ids = snap[1], list(snap[2])
-        return lambda t: type(t) is kind_of and [id(x) for x in t] == ids
+        if len(ids) < LONG:
+            return lambda t: type(t) is kind_of and [id(x) for x in t] == ids
+        first, n = ids[0], len(ids)
+        return lambda t: (
+            type(t) is kind_of and len(t) == n and id(t[0]) == first and [id(x) for x in t] == ids
+        )
     kids = tuple(map(checker, snap[2]))
     if kind == _DICT:
         keys = snap[1]
