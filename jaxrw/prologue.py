@@ -184,9 +184,10 @@ class HoistedCall:
         slots = [self.cache, *self.spares]
         return self.cache.kept.room(slots[slot] if slot < len(slots) else None, self.nbytes)
 
-    def _came_back(self, ids: tuple[int, ...]) -> bool:
-        """Whether `ids` are those of arrays jax.jit's program ran for lately, still alive."""
-        return any(alive(d, ids) for d in self.last_direct)
+    def _came_back(self, ids: tuple[int, ...]) -> tuple[tuple[int, ...], list[weakref.ref]] | None:
+        """The record (ids, weak references) of the arrays `ids` if jax.jit's program ran for them
+        lately and they are alive, else None."""
+        return next((d for d in self.last_direct if alive(d, ids)), None)
 
     def _free_slot(self) -> int | None:
         """A slot holding no values (its arrays died, or it was cleared), else a new one while
@@ -232,7 +233,9 @@ class HoistedCall:
         again = ids == seen and alive(self.seen_refs, ids)  # the last call's arrays, again
         if ids != seen:
             self.before, self.seen = seen, ids
-        refs = None if again else weak_refs(slow)
+        back = None if again or self.sets == 1 else self._came_back(ids)
+        # weak references to the call's arrays: those kept for them already where they came back
+        refs = None if again else back[1] if back is not None else weak_refs(slow)
         if refs is not None:
             self.seen_refs = (ids, refs)
         if self.into is not None and self.into[0] == ids:  # decided by an earlier ask in this call
@@ -241,7 +244,7 @@ class HoistedCall:
         if held:  # in a slot of this prologue: no prologue run
             self.streak = 0
             return False
-        if self.sets > 1 and ids != seen and self._came_back(ids):
+        if back is not None and ids != seen:
             # back after jax.jit's program ran for it lately, another set's call between: sets in
             # turn. It takes a free slot, else one of neither of the last two sets called
             # (`_slot_for`: more sets in turn than slots keep most of them)
