@@ -286,7 +286,7 @@ class HotPath:
         if cached and self.same_hoisted is not None and self.same_hoisted(hoisted):
             # the same objects as at refresh: no flattening (a dict's flatten sorts its keys)
             passed = tuple(map(operator.call, self.passed))  # alive: `hoisted` holds them
-            h.saw(self.ids)
+            h.saw(self.h_ids)  # the slow leaves' ids (self.ids: every hoisted leaf's)
         elif (got := self.from_spare(hoisted, lead=False)) is not None:
             values, passed = got
         else:
@@ -305,7 +305,7 @@ class HotPath:
                 direct = own and h.wants_direct(ids, slow)
                 return opt._run_direct(self.entry, args, kwargs) if direct else MISS
             passed = lay.pick_passed(slow)
-            h.saw(slot.token if in_spare else self.ids)
+            h.saw(slot.token if in_spare else self.h_ids)
         fast, fast_kw = lay.fast(args, kwargs)
         return self._run(values, passed, fast, fast_kw)
 
@@ -486,7 +486,7 @@ def structure_hit(
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
     back = not same and known.unbuilt.came_back(ids, slow)
-    return opt._run_direct(entry, args, kwargs) if h.wants_direct(ids, slow, own=same, back=back) else MISS
+    return opt._run_direct(entry, args, kwargs) if h.wants_direct(ids, slow, same, back) else MISS
 
 
 def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwargs: dict) -> Any:

@@ -85,8 +85,9 @@ class HoistedCall:
     slot is full replaces one that neither of the last two sets called used, nor any set for
     EVICT_AFTER direct runs (`PrologueValues.stamp`), at most once per EVICT_AFTER direct runs:
     more sets in rotation than slots keep four of them and never run the prologue per call (six
-    sets of 64 leaves in turn: 0.86x of jax.jit's time; 1.5x when one was kept, or when slots were
-    taken from sets still in the rotation).
+    sets of 64 leaves in turn: 0.97-1.19x of jax.jit's time on this project's CPU, the two left
+    out paying the full call path; 1.35-1.45x when one was kept). A set called more often than
+    a kept one, or whose second call in a row finds the slots full, is decided by `_slot_for`.
     Before, a second set ran jax.jit's program behind the hoisted call's Python on every call
     (1.33x of jax.jit's time for 64 small leaves on this project's CPU; 0.85x with a second
     slot), and so did a third and fourth in rotation (1.29x; bench/hoist_signatures_cpu.py)."""
@@ -124,7 +125,8 @@ class HoistedCall:
         # the ids of the arrays jax.jit's program last ran for (the last RECENT_SETS, newest last),
         # each with weak references to them: a set "comes back" only while its arrays live (a new
         # set may take a dead one's ids)
-        self.last_direct: list[tuple[tuple[int, ...], list[weakref.ref]]] = []
+        # and the direct runs (counts) of its last two runs: (ids, refs, before that, last)
+        self.last_direct: list[tuple[tuple[int, ...], list[weakref.ref], int, int]] = []
         # a set come back: the slot it goes to (0 the first, k the k-th spare, len(spares)+1 new)
         self.into: tuple[tuple[int, ...], int] | None = None
         self.direct_runs = 0
@@ -184,9 +186,9 @@ class HoistedCall:
         slots = [self.cache, *self.spares]
         return self.cache.kept.room(slots[slot] if slot < len(slots) else None, self.nbytes)
 
-    def _came_back(self, ids: tuple[int, ...]) -> tuple[tuple[int, ...], list[weakref.ref]] | None:
-        """The record (ids, weak references) of the arrays `ids` if jax.jit's program ran for them
-        lately and they are alive, else None."""
+    def _came_back(self, ids: tuple[int, ...]) -> tuple | None:
+        """The record (`last_direct`) of the arrays `ids` if jax.jit's program ran for them lately
+        and they are alive, else None."""
         return next((d for d in self.last_direct if alive(d, ids)), None)
 
     def _free_slot(self) -> int | None:
@@ -197,22 +199,35 @@ class HoistedCall:
         free = next((k for k, slot in enumerate(slots) if slot.values is None), None)
         return free if free is not None or len(slots) >= self.sets else len(slots)
 
-    def _slot_for(self, recent: tuple[Any, ...]) -> int | None:
-        """Where a set coming back goes: a free slot (`_free_slot`), else the newest slot that
-        none of the `recent` sets (the last two called) used and none used for EVICT_AFTER direct
-        runs, at most once per EVICT_AFTER direct runs; None: it stays direct."""
+    def _slot_for(self, recent: tuple[Any, ...], back: tuple | None) -> int | None:
+        """Where a set coming back goes (`back`: its record in `last_direct`, if any): a free slot
+        (`_free_slot`), else the least lately used slot that none of the `recent` sets (the last
+        two called) used and that went unused for EVICT_AFTER direct runs or while this set ran
+        directly twice (it is called more often), or whose values another signature holds, at
+        most once per EVICT_AFTER direct runs; None: it stays direct. Sets in turn, each used once
+        a round, keep their slots."""
         free = self._free_slot()
         if free is not None:
             return free
         runs = self.direct_runs
         if runs - self.evicted_at < EVICT_AFTER:
             return None
-        # the newest such slot: the first holds the set called most often (the one cached first)
+        earlier = back[2] if back is not None else -1  # the earlier of its last two direct runs
         slots = [self.cache, *self.spares]
-        stale = [k for k, s in enumerate(slots) if s.ids not in recent and runs - s.stamp >= EVICT_AFTER]
-        return stale[-1] if stale else None
+        # a slot whose values another signature holds costs no prologue run to give up: its set
+        # is still served from there (batch sizes sharing values)
+        shared = {id(o.values) for o in self.cache.group if o.values is not None and o not in slots}
+        out = [
+            k
+            for k, s in enumerate(slots)
+            if s.ids not in recent
+            and (runs - s.stamp >= EVICT_AFTER or earlier > s.stamp or id(s.values) in shared)
+        ]
+        return min(out, key=lambda k: (slots[k].stamp, -k)) if out else None
 
-    def wants_direct(self, ids: tuple[int, ...], slow: Any, own: bool = True, back: bool = False) -> bool:
+    def wants_direct(
+        self, ids: tuple[int, ...], slow: Any, own: bool = True, unbuilt_back: bool = False
+    ) -> bool:
         """For a call whose slow arrays are not the cached ones: True when jax.jit's program
         should run (the arrays differ from the previous call's too), False when the prologue
         should (first call, or the same new arrays twice in a row) or another signature of the
@@ -220,12 +235,13 @@ class HoistedCall:
         comes back that a slot is to keep (`into`, read by values_for). `slow`: the call's slow
         arrays, whose ids are `ids`. Not `own`: a call at shapes no signature is built for yet
         (`hoist.structure_hit`), decided apart from this signature's own calls (True unless its
-        arrays came `back`, `UnbuiltCalls`: a model at other shapes called in turn with this one
-        gets a signature of its own, new parameters on every call build nothing; a run of such
-        calls counts toward this signature's handoff, as a training loop at those shapes)."""
+        arrays came back, `unbuilt_back` from `UnbuiltCalls`: a model at other shapes called in
+        turn with this one gets a signature of its own, new parameters on every call build
+        nothing; a run of such calls counts toward this signature's handoff, as a training loop
+        at those shapes)."""
         held = self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None
         if not own:
-            direct = not held and self.cache.fills > 0 and not back
+            direct = not held and self.cache.fills > 0 and not unbuilt_back
             self.direct_runs += direct
             self.streak = self.streak + 1 if direct else 0
             return direct
@@ -233,7 +249,7 @@ class HoistedCall:
         again = ids == seen and alive(self.seen_refs, ids)  # the last call's arrays, again
         if ids != seen:
             self.before, self.seen = seen, ids
-        back = None if again or self.sets == 1 else self._came_back(ids)
+        back = None if self.sets == 1 else self._came_back(ids)
         # weak references to the call's arrays: those kept for them already where they came back
         refs = None if again else back[1] if back is not None else weak_refs(slow)
         if refs is not None:
@@ -244,11 +260,15 @@ class HoistedCall:
         if held:  # in a slot of this prologue: no prologue run
             self.streak = 0
             return False
-        if back is not None and ids != seen:
-            # back after jax.jit's program ran for it lately, another set's call between: sets in
-            # turn. It takes a free slot, else one of neither of the last two sets called
-            # (`_slot_for`: more sets in turn than slots keep most of them)
-            slot = self._slot_for((seen, before))
+        # back after jax.jit's program ran for it lately, another set's call between (sets in
+        # turn), or the same arrays twice while the first slot holds another set alive: a slot of
+        # its own where `_slot_for` finds one, else the twice-called set stays direct (the kept
+        # set is not evicted for it: five sets each called twice in turn reran the prologue)
+        returning = back is not None and ids != seen
+        twice = again and self.sets > 1 and self.cache.values is not None
+        blocked = False
+        if returning or twice:
+            slot = self._slot_for((seen, before), back)
             if slot is not None and self.fits(slot):
                 slots = [self.cache, *self.spares]
                 if slot < len(slots) and slots[slot].values is not None:  # replaces a set: counted
@@ -256,18 +276,20 @@ class HoistedCall:
                 self.last_direct = [d for d in self.last_direct if d[0] != ids]
                 self.into, self.streak = (ids, slot), 0
                 return False
+            blocked = twice
         # the prologue runs for the first call and the same new arrays twice, where its values
         # fit max_hoist_bytes beside those kept for other calls. A set refused for room and
         # reused (`again`) does not count toward the handoff, so it is hoisted once kept values
         # are freed; arrays new on every call do (a training loop whose first set was refused)
-        direct = self.cache.fills > 0 and not again
+        direct = (self.cache.fills > 0 and not again) or blocked
         refused = not direct and not self.fits(0)
         direct = direct or refused
         self.direct_runs += direct
-        if direct and self.sets > 1:  # for _came_back, which only sets in turn ask
+        if direct and self.sets > 1:  # for _came_back and _slot_for, which only sets in turn ask
             recent = [d for d in self.last_direct if d[0] != ids][-(RECENT_SETS - 1) :]
             refs = refs if refs is not None else weak_refs(slow)
-            self.last_direct = [*recent, (ids, refs)]
+            last = back[3] if back is not None else -1  # its direct run before this one
+            self.last_direct = [*recent, (ids, refs, last, self.direct_runs)]
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
         # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
         counted = direct and not (refused and again)
@@ -384,7 +406,7 @@ class PrologueValues:
         self.finalizers: list[weakref.finalize] = []  # clear the cache when a leaf of `ids` dies
         self.runs = 0  # prologue runs
         self.fills = 0  # times values were cached: run here or taken from another signature
-        self.stamp = 0  # the owning signature's direct runs when these values were last used
+        self.stamp = 0  # the signature's direct runs when its set last became the one called
 
     def _invalidate(self) -> None:
         self.ids = None
@@ -431,9 +453,9 @@ class PrologueValues:
         self._invalidate()
 
 
-def alive(kept: tuple[tuple[int, ...], list[weakref.ref]] | None, ids: tuple[int, ...]) -> bool:
-    """Whether `kept` (ids and weak references) is of the arrays `ids`, every one alive (a dead
-    array's id may be a new array's now)."""
+def alive(kept: tuple | None, ids: tuple[int, ...]) -> bool:
+    """Whether `kept` (ids and weak references first) is of the arrays `ids`, every one alive (a
+    dead array's id may be a new array's now)."""
     return kept is not None and kept[0] == ids and all(r() is not None for r in kept[1])
 
 

@@ -74,14 +74,18 @@ def test_signatures_with_one_prologue_share_its_values():
     p2 = jax.tree_util.tree_map(lambda w: w * 0.5, p)
     for x in (big, big, small, small):  # reused on one signature: the prologue reruns, once
         np.testing.assert_allclose(opt(p2, x), f(p2, x), rtol=1e-4, atol=1e-5)
-    assert a.prologue_runs + b.prologue_runs == 2 and b.ids == tuple(map(id, jax.tree_util.tree_leaves(p2)))
-    # the small signature, whose first slot holds p (still alive), shares p2's values in its
-    # second slot: no prologue run, no copy, and neither set evicts the other there
-    assert a.spares[0].values is b.values and a.values is not None
+    assert a.prologue_runs + b.prologue_runs == 2
+    # p (still alive) keeps the first slots; the big signature keeps p2 in a second slot, and
+    # the small one shares those values in its own: no prologue run, no copy, and neither set
+    # evicts the other
+    ids = lambda q: tuple(map(id, jax.tree_util.tree_leaves(q)))  # noqa: E731
+    assert a.ids == b.ids == ids(p) and a.values is b.values
+    assert a.spare_slot(ids(p2)).values is b.spare_slot(ids(p2)).values
     np.testing.assert_allclose(opt(p, small), f(p, small), rtol=1e-4, atol=1e-5)  # old ones: right
     del p, p2
     gc.collect()
-    assert a.values is None and b.values is None and a.spares[0].values is None  # gone with the arrays
+    kept = [s.values for c in (a, b) for s in (c.cache, *c.spares)]
+    assert all(v is None for v in kept)  # gone with the arrays
 
 
 def test_signatures_on_different_parameters_keep_their_own_values():
