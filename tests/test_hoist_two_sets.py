@@ -23,6 +23,13 @@ def _check(opt, p, x):
     np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
 
 
+def _in_turn(opt, seq, rounds: int, x) -> None:
+    """`rounds` rounds of calls on the parameter sets `seq`, in order, each checked."""
+    for _ in range(rounds):
+        for p in seq:
+            _check(opt, p, x)
+
+
 def _room_for(sets: int) -> int:
     """max_hoist_bytes that keeps the values of `sets` parameter sets of `f`, not one more."""
     probe = jaxrw.optimize(f, hoist_argnums=0)
@@ -126,9 +133,7 @@ def test_sets_in_turn_each_run_on_values_of_their_own_while_they_fit(monkeypatch
     # the hoisted call's Python on every call, 1.29x of jax.jit's time on this project's CPU)
     opt = jaxrw.optimize(f, hoist_argnums=0)
     sets, x = [_params(360 + i) for i in range(n)], _x(359)
-    for _ in range(2):
-        for p in sets:
-            _check(opt, p, x)
+    _in_turn(opt, sets, 2, x)
     call = _call(opt)
     assert (call.prologue_runs, call.direct_runs, len(call.spares)) == (n, n - 1, n - 1)
     _no_full_path(monkeypatch, opt)
@@ -397,9 +402,7 @@ def test_more_sets_in_turn_than_slots_keep_every_slot(n):
     # round (1.35-1.45x of jax.jit's time for six sets of 64 leaves on this CPU; now 0.97-1.19x)
     opt = jaxrw.optimize(f, hoist_argnums=0)
     sets, x = [_params(540 + i) for i in range(n)], _x(539)
-    for _ in range(10):
-        for p in sets:
-            _check(opt, p, x)
+    _in_turn(opt, sets, 10, x)
     call = _call(opt)
     kept = [s for s in (call.cache, *call.spares) if s.values is not None]
     assert len(kept) == MAX_SETS and call.prologue_runs == MAX_SETS
@@ -424,22 +427,16 @@ def test_a_new_group_of_sets_takes_the_slots_of_one_no_longer_called():
     assert call.direct_runs == direct
 
 
-def _rounds(opt, sets: dict, order: str, rounds: int, x) -> None:
-    for _ in range(rounds):
-        for k in order:
-            _check(opt, sets[k], x)
-
-
 def test_a_set_called_more_often_than_a_kept_one_takes_its_slot():
     # E is half of all calls, A to D once a round each: with slots taken only from sets unused
     # for EVICT_AFTER direct runs, E ran jax.jit's program on every call (a review)
     opt = jaxrw.optimize(f, hoist_argnums=0)
     sets, x = {k: _params(580 + i) for i, k in enumerate("ABCDE")}, _x(579)
-    _rounds(opt, sets, "ABCD", 2, x)
-    _rounds(opt, sets, "EAEBECED", 10, x)
+    _in_turn(opt, [sets[k] for k in "ABCD"], 2, x)
+    _in_turn(opt, [sets[k] for k in "EAEBECED"], 10, x)
     call = _call(opt)
     direct = call.direct_runs
-    _rounds(opt, sets, "EAEBECED", 4, x)
+    _in_turn(opt, [sets[k] for k in "EAEBECED"], 4, x)
     assert call.direct_runs - direct <= 4  # one set left out, once a round; E kept
     assert call.prologue_runs <= MAX_SETS + 2
 
@@ -449,10 +446,10 @@ def test_five_sets_each_called_twice_in_turn_do_not_rerun_the_prologue():
     # that set took it back on its own second call: prologue runs every round (a review)
     opt = jaxrw.optimize(f, hoist_argnums=0)
     sets, x = {k: _params(590 + i) for i, k in enumerate("ABCDE")}, _x(589)
-    _rounds(opt, sets, "ABCDEEDCBA", 5, x)
+    _in_turn(opt, [sets[k] for k in "ABCDEEDCBA"], 5, x)
     call = _call(opt)
     runs = call.prologue_runs
-    _rounds(opt, sets, "ABCDEEDCBA", 10, x)
+    _in_turn(opt, [sets[k] for k in "ABCDEEDCBA"], 10, x)
     assert call.prologue_runs == runs
 
 
