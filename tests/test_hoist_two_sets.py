@@ -115,8 +115,8 @@ def test_a_set_coming_back_replaces_the_one_used_less_recently():
         _check(opt, p, x)
     call = _call(opt)
     assert call.prologue_runs == 2
-    for p in (c, b) * (EVICT_AFTER + 2):  # a unused now: c takes its slot once a went unused for
-        _check(opt, p, x)  # EVICT_AFTER of jax.jit's runs, and b keeps its own
+    for p in (c, b, c, b, c, b):  # a unused now: c takes its slot (c ran directly twice since a
+        _check(opt, p, x)  # was last used), b keeps its own
     slow = lambda p: tuple(map(id, call.pick_slow(jax.tree.leaves(p))))  # noqa: E731
     assert (call.prologue_runs, call.ids, call.spares[0].ids) == (3, slow(c), slow(b))
     runs = call.prologue_runs
