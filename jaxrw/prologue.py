@@ -13,7 +13,7 @@ import logging
 import operator
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.extend
@@ -61,6 +61,17 @@ def picker(idx: tuple[int, ...]) -> Any:
         return lambda xs: ()
     get = operator.itemgetter(*idx)
     return get if len(idx) > 1 else (lambda xs: (get(xs),))
+
+
+class DirectRun(NamedTuple):
+    """A parameter set jax.jit's program ran for (`HoistedCall.last_direct`): its arrays' ids, weak
+    references to them (a set "comes back" only while its arrays live: a new set may take a dead
+    one's ids), and the signature's direct-run counts at its last two such runs."""
+
+    ids: tuple[int, ...]
+    refs: list[weakref.ref]
+    earlier: int  # -1 where it ran directly once
+    last: int
 
 
 class HoistedCall:
@@ -122,11 +133,8 @@ class HoistedCall:
         self.evicted_at = -EVICT_AFTER  # direct_runs when a set last replaced a full slot
         self.sets = hoisted.sets  # parameter sets whose values may be kept at once (1 to MAX_SETS)
         self.spares: list[PrologueValues] = []  # slots after the first, made as sets come back
-        # the ids of the arrays jax.jit's program last ran for (the last RECENT_SETS, newest last),
-        # each with weak references to them: a set "comes back" only while its arrays live (a new
-        # set may take a dead one's ids)
-        # and the direct runs (counts) of its last two runs: (ids, refs, before that, last)
-        self.last_direct: list[tuple[tuple[int, ...], list[weakref.ref], int, int]] = []
+        # the arrays jax.jit's program last ran for (the last RECENT_SETS, newest last)
+        self.last_direct: list[DirectRun] = []
         # a set come back: the slot it goes to (0 the first, k the k-th spare, len(spares)+1 new)
         self.into: tuple[tuple[int, ...], int] | None = None
         self.direct_runs = 0
@@ -136,6 +144,7 @@ class HoistedCall:
     ids = property(lambda self: self.cache.ids)
     values = property(lambda self: self.cache.values)
     prologue_runs = property(lambda self: self.cache.runs + sum(s.runs for s in self.spares))
+    slots = property(lambda self: [self.cache, *self.spares])  # the first slot, then the spares
 
     def spare_slot(self, ids: tuple[int, ...]) -> PrologueValues | None:
         """The slot after the first that holds values for the arrays `ids`, if any."""
@@ -164,7 +173,7 @@ class HoistedCall:
 
     def _stamp(self, ids: tuple[int, ...]) -> None:
         """The slot holding the arrays `ids` is in use now (`_slot_for` replaces stale ones only)."""
-        for slot in (self.cache, *self.spares):
+        for slot in self.slots:
             if slot.ids == ids:
                 slot.stamp = self.direct_runs
 
@@ -177,16 +186,20 @@ class HoistedCall:
     def can_keep(self, ids: tuple[int, ...]) -> bool:
         """Whether values for the arrays `ids` would be kept in the first slot: held by a slot of
         this prologue already (no new bytes), or fitting the instance's bound there."""
-        held = self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None
-        return held or self.fits(0)
+        return self._held(ids) or self.fits(0)
+
+    def _held(self, ids: tuple[int, ...]) -> bool:
+        """Whether a slot of this prologue holds values for the arrays `ids` (this signature's
+        spares, or another signature's slot): no prologue run, no new bytes."""
+        return self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None
 
     def fits(self, slot: int) -> bool:
         """Whether a set's values fit the instance's bound (`KeptValues`) in slot `slot` (0 the
         first, k the k-th spare, len(spares)+1 a new one), in place of what that slot holds."""
-        slots = [self.cache, *self.spares]
+        slots = self.slots
         return self.cache.kept.room(slots[slot] if slot < len(slots) else None, self.nbytes)
 
-    def _came_back(self, ids: tuple[int, ...]) -> tuple | None:
+    def _came_back(self, ids: tuple[int, ...]) -> DirectRun | None:
         """The record (`last_direct`) of the arrays `ids` if jax.jit's program ran for them lately
         and they are alive, else None."""
         return next((d for d in self.last_direct if alive(d, ids)), None)
@@ -195,11 +208,11 @@ class HoistedCall:
         """A slot holding no values (its arrays died, or it was cleared), else a new one while
         there is room (`sets`): its index (0 the first, k the k-th spare); None if every slot is
         full."""
-        slots = [self.cache, *self.spares]
+        slots = self.slots
         free = next((k for k, slot in enumerate(slots) if slot.values is None), None)
         return free if free is not None or len(slots) >= self.sets else len(slots)
 
-    def _slot_for(self, recent: tuple[Any, ...], back: tuple | None) -> int | None:
+    def _slot_for(self, recent: tuple[Any, ...], back: DirectRun | None) -> int | None:
         """Where a set coming back goes (`back`: its record in `last_direct`, if any): a free slot
         (`_free_slot`), else the least lately used slot that none of the `recent` sets (the last
         two called) used and that went unused for EVICT_AFTER direct runs or while this set ran
@@ -212,8 +225,8 @@ class HoistedCall:
         runs = self.direct_runs
         if runs - self.evicted_at < EVICT_AFTER:
             return None
-        earlier = back[2] if back is not None else -1  # the earlier of its last two direct runs
-        slots = [self.cache, *self.spares]
+        earlier = back.earlier if back is not None else -1  # the earlier of its last two direct runs
+        slots = self.slots
         # a slot whose values another signature holds costs no prologue run to give up: its set
         # is still served from there (batch sizes sharing values)
         shared = {id(o.values) for o in self.cache.group if o.values is not None and o not in slots}
@@ -239,7 +252,7 @@ class HoistedCall:
         turn with this one gets a signature of its own, new parameters on every call build
         nothing; a run of such calls counts toward this signature's handoff, as a training loop
         at those shapes)."""
-        held = self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None
+        held = self._held(ids)
         if not own:
             direct = not held and self.cache.fills > 0 and not unbuilt_back
             self.direct_runs += direct
@@ -251,7 +264,7 @@ class HoistedCall:
             self.before, self.seen = seen, ids
         back = None if self.sets == 1 else self._came_back(ids)
         # weak references to the call's arrays: those kept for them already where they came back
-        refs = None if again else back[1] if back is not None else weak_refs(slow)
+        refs = None if again else back.refs if back is not None else weak_refs(slow)
         if refs is not None:
             self.seen_refs = (ids, refs)
         if self.into is not None and self.into[0] == ids:  # decided by an earlier ask in this call
@@ -270,10 +283,10 @@ class HoistedCall:
         if returning or twice:
             slot = self._slot_for((seen, before), back)
             if slot is not None and self.fits(slot):
-                slots = [self.cache, *self.spares]
+                slots = self.slots
                 if slot < len(slots) and slots[slot].values is not None:  # replaces a set: counted
                     self.evicted_at = self.direct_runs
-                self.last_direct = [d for d in self.last_direct if d[0] != ids]
+                self.last_direct = [d for d in self.last_direct if d.ids != ids]
                 self.into, self.streak = (ids, slot), 0
                 return False
             blocked = twice
@@ -286,10 +299,10 @@ class HoistedCall:
         direct = direct or refused
         self.direct_runs += direct
         if direct and self.sets > 1:  # for _came_back and _slot_for, which only sets in turn ask
-            recent = [d for d in self.last_direct if d[0] != ids][-(RECENT_SETS - 1) :]
+            recent = [d for d in self.last_direct if d.ids != ids][-(RECENT_SETS - 1) :]
             refs = refs if refs is not None else weak_refs(slow)
-            last = back[3] if back is not None else -1  # its direct run before this one
-            self.last_direct = [*recent, (ids, refs, last, self.direct_runs)]
+            earlier = back.last if back is not None else -1  # its direct run before this one
+            self.last_direct = [*recent, DirectRun(ids, refs, earlier, self.direct_runs)]
         # in a row: every call on the cached arrays resets the streak (here, HotPath and
         # Optimized's quickest call, HotPath.call_class); seen == self.ids restarts it as well
         counted = direct and not (refused and again)

@@ -84,7 +84,7 @@ def test_signatures_with_one_prologue_share_its_values():
     np.testing.assert_allclose(opt(p, small), f(p, small), rtol=1e-4, atol=1e-5)  # old ones: right
     del p, p2
     gc.collect()
-    kept = [s.values for c in (a, b) for s in (c.cache, *c.spares)]
+    kept = [s.values for c in (a, b) for s in c.slots]
     assert all(v is None for v in kept)  # gone with the arrays
 
 

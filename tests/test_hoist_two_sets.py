@@ -404,7 +404,7 @@ def test_more_sets_in_turn_than_slots_keep_every_slot(n):
     sets, x = [_params(540 + i) for i in range(n)], _x(539)
     _in_turn(opt, sets, 10, x)
     call = _call(opt)
-    kept = [s for s in (call.cache, *call.spares) if s.values is not None]
+    kept = [s for s in call.slots if s.values is not None]
     assert len(kept) == MAX_SETS and call.prologue_runs == MAX_SETS
     assert call.direct_runs == (n - 1) + 9 * (n - MAX_SETS)  # the first round, then those left out
 
@@ -420,7 +420,7 @@ def test_a_new_group_of_sets_takes_the_slots_of_one_no_longer_called():
         for p in new:
             _check(opt, p, x)
     slow = lambda p: tuple(map(id, call.pick_slow(jax.tree.leaves(p))))  # noqa: E731
-    assert {s.ids for s in (call.cache, *call.spares)} == {slow(p) for p in new}
+    assert {s.ids for s in call.slots} == {slow(p) for p in new}
     direct = call.direct_runs
     for p in new:  # all four served from their slots now
         _check(opt, p, x)
