@@ -26,6 +26,11 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
   at two batch sizes: new on every call, so jax.jit's program should run (before the
   thirty-fifth session the dead arrays' recycled ids read as the same arrays, and the prologue
   ran on most calls). The making of the arrays is timed for both.
+- scalar_anew: one set of 64 arrays and a Python float scale, an equal float made anew for each
+  call (before the thirty-sixth session every call took the full call path: the quick path
+  compared the float's identity). The making of the dict is timed for both.
+- scalar_changing: the same with another value on each call (a schedule's value inside the
+  hoisted pytree): served through the structure lookup, the float passed as it is.
 
     python bench/hoist_signatures_cpu.py [--repeats 7] [--json out.json]
 """
@@ -50,7 +55,7 @@ def _chain(pairs: int):
     def f(p, x):
         for i in range(pairs):
             x = jnp.tanh(x @ (p[f"A{i}"] @ p[f"B{i}"]))
-        return x
+        return x * p["scale"] if "scale" in p else x
 
     return f
 
@@ -100,6 +105,8 @@ def _data(name: str) -> dict:
         }
     if name == "anew_two_sizes":
         return {"sets": (_params(140, 32, 8),), "x": (jnp.ones((2, 8)), jnp.ones((5, 8)))}
+    if name.startswith("scalar_"):
+        return {"sets": (_params(150, 32, 8),), "x": (jnp.ones((2, 8)),)}
     return {"sets": (_params(100, 32, 8), _params(101, 32, 8)), "x": (jnp.ones((2, 8)),)}
 
 
@@ -118,6 +125,10 @@ def _pattern(name: str, fn, data: dict) -> tuple[list, list]:
     if name == "anew_two_sizes":  # each call's arrays die after it
         calls = [lambda x=x: fn({k: v * 1.0 for k, v in sets[0].items()}, x) for x in xs] * 20
         return calls, calls
+    if name.startswith("scalar_"):  # an equal float made anew, or another value, on each call
+        scales = [0.5] * 40 if name == "scalar_anew" else [0.5 + i / 64 for i in range(40)]
+        calls = [lambda s=s: fn({**sets[0], "scale": float(np.float64(s))}, xs[0]) for s in scales]
+        return calls, calls
     calls = [lambda p=p: fn(p, xs[0]) for p in sets] * 20
     return (calls, calls[1::2]) if name == "alternating_64" else (calls, calls)
 
@@ -132,6 +143,8 @@ PATTERNS = {
     "sets_two_sizes": 32,
     "shapes_in_turn": 32,
     "anew_two_sizes": 32,
+    "scalar_anew": 32,
+    "scalar_changing": 32,
 }
 
 

@@ -6,34 +6,20 @@ from __future__ import annotations
 
 import functools
 import operator
-import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 
 from . import compat
-from .identity import checker, snapshot  # re-exported: the quick path's checks
+from .identity import SCALARS, checker, snapshot, stand_in
 from .options import param_names
 from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, picker
 from .schedule.xla_modes import is_nested_options_error, tuned_jit, without_frame
 from .signature import leaf_key, leaf_owners  # the signature key optimize uses
 
-__all__ = [
-    "HoistedCall",
-    "HotPath",
-    "NotHot",
-    "MISS",
-    "DIRECT",
-    "HANDOFF_AFTER",
-    "picker",
-    "bind",
-    "handoff_schedule",
-    "slow_leaves",
-    "install_hot",
-    "first_call",
-    "run_proven",
-]
+__all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "DIRECT", "HANDOFF_AFTER", "picker", "bind"]
+__all__ += ["handoff_schedule", "slow_leaves", "install_hot", "first_call", "run_proven"]
 
 
 class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
@@ -71,6 +57,8 @@ class _Layout:
         self.passed = tuple(j for j, i in enumerate(self.full_index) if i in read)
         self.pick_passed = picker(self.passed)
         self.pick_passed_full = picker(tuple(self.full_index[j] for j in self.passed))  # of all leaves
+        slow = set(entry.call.slow)
+        self.pick_slow = picker(tuple(j for j, i in enumerate(self.full_index) if i in slow))
         # stand-ins for the hoisted arguments inside the jit (their leaves come from `passed`)
         present = [*((i, args[i]) for i in self.pos), *((k, kwargs[k]) for k in self.names)]
         self._slots = {k: jax.tree_util.tree_map(lambda _: _SLOT, v) for k, v in present}
@@ -182,8 +170,7 @@ class _SpareChecks(NamedTuple):
     token: tuple[int, ...]  # the slot's `ids` when checked: replaced when it is refilled or cleared
     same_hoisted: Callable[[Any], bool] | None  # as HotPath's, for these arrays
     same_lead: Callable[[Any], bool] | None
-    passed: list[weakref.ref]
-    ids: tuple[int, ...]  # of all the hoisted leaves, for calls that are flattened
+    passed: list[Callable[[], Any]]  # identity.stand_in
 
     def live(self) -> bool:
         """Whether the slot still holds the arrays these checks were made for (not refilled, nor
@@ -206,7 +193,7 @@ class HotPath:
         self.h = entry.call
         self.entry = entry
         self.donates = bool(opt.donors)  # its calls under a trace go to Optimized.__call__
-        self.ids: tuple[int, ...] | None = None  # of the hoisted leaves the values belong to
+        self.usable = False  # refreshed for concrete arrays in the layout's structure
         self.h_ids: tuple[int, ...] | None = None  # h.ids then: replaced if the prologue reruns
         self.layout = _Layout(opt, entry, key, args, kwargs)
         # under an XLA mode, the jit with its options itself (no TopLevel frame per call) and, for
@@ -217,23 +204,23 @@ class HotPath:
         # the same for the first argument alone, when it is the only hoisted one (the usual layout,
         # checked without building the list of hoisted arguments: `call_class`)
         self.same_lead: Callable[[Any], bool] | None = None
-        self.passed: list[weakref.ref] = []  # the hoisted leaves the main program reads
+        self.passed: list[Callable[[], Any]] = []  # the hoisted leaves the main program reads
         self.own = _fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
         self.spares: list[_SpareChecks] = []  # the same for the arrays of the slots after the first
         self.displaced = False  # another signature's HotPath took the instance's quick path from it
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
         """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
-        self.ids, self.same_hoisted, self.same_lead, self.passed = self._checks(args, kwargs)
+        self.usable, self.same_hoisted, self.same_lead, self.passed = self._checks(args, kwargs)
         self.h_ids = self.h.ids
 
     def refresh_spare(self, args: tuple, kwargs: dict, slot: Any) -> None:
         """Now in `slot`, one after the first (HoistedCall.spares): the checks of these arguments'
         arrays, tried after the first slot's."""
-        ids, same_hoisted, same_lead, passed = self._checks(args, kwargs)
+        usable, same_hoisted, same_lead, passed = self._checks(args, kwargs)
         kept = [c for c in self.spares if c.slot is not slot]
-        if ids is not None:
-            kept.append(_SpareChecks(slot, slot.ids, same_hoisted, same_lead, passed, ids))
+        if usable:
+            kept.append(_SpareChecks(slot, slot.ids, same_hoisted, same_lead, passed))
         self.spares = kept
 
     def checked_spare(self, slot: Any) -> bool:
@@ -252,33 +239,33 @@ class HotPath:
         return None
 
     def _checks(self, args: tuple, kwargs: dict) -> tuple:
-        """For the values of these arguments' hoisted leaves: their ids (None where the layout does
-        not apply), the identity checks of the hoisted arguments and of the first one alone, and
-        weak references to the leaves the main program reads."""
+        """For the values of these arguments' hoisted leaves: whether the layout applies, the
+        identity checks of the hoisted arguments and of the first one alone, and weak references
+        to the leaves the main program reads."""
         hoisted = self.layout.hoisted_args(args, kwargs)
         leaves, tree = jax.tree_util.tree_flatten(hoisted)
         # the values belong to these leaves only if none is a tracer (under a trace the prologue
         # reruns inside it and the values cached stay those of concrete arrays)
         usable = self.layout.ok and tree == self.layout.tree and not any(map(compat.is_tracer, leaves))
-        ids = tuple(map(id, leaves)) if usable else None
-        # weak references stand in for the leaves the main program reads only where each is a slow
-        # leaf, whose death clears the cache (`h.ids`); one that was no jax array when the
+        # weak references stand in for the arrays the main program reads only where each is a
+        # slow leaf, whose death clears the cache (`h.ids`); one that was no jax array when the
         # signature was built is not, and a new array could take its id after it died: those
-        # calls take the current leaves (the flatten branch)
-        slow = set(self.h.slow)
-        weak_ok = all(self.layout.full_index[j] in slow for j in self.layout.passed)
-        snap = snapshot(hoisted) if usable and weak_ok else None  # None unless all are jax arrays
+        # calls take the current leaves (the flatten branch). Python scalars are checked by value
+        slow, index, read = set(self.h.slow), self.layout.full_index, self.layout.passed
+        kept = all(index[j] in slow or type(leaves[j]) in SCALARS for j in read)
+        passed = [stand_in(leaves[j]) for j in read] if usable and kept else [None]
+        snap = snapshot(hoisted) if None not in passed else None  # None for other leaves
         same_hoisted = checker(snap) if snap is not None else None
-        passed = [weakref.ref(leaves[j]) for j in self.layout.passed] if snap is not None else []
+        passed = passed if snap is not None else []
         one = snap is not None and self.layout.prefix == 1
         same_lead = checker(snapshot(hoisted[0])) if one else None  # not None: inside `snap`
-        return ids, same_hoisted, same_lead, passed
+        return usable, same_hoisted, same_lead, passed
 
     def __call__(self, opt: Any, args: tuple, kwargs: dict) -> Any:
         """The result, or MISS; NotHot when the jit meets another signature. The usual layout's
         cached calls never come here: `call_class` serves them."""
         h, lay = self.h, self.layout
-        if self.ids is None:  # never refreshed with a usable layout: the full call path
+        if not self.usable:  # never refreshed with a usable layout: the full call path
             return MISS
         hoisted = lay.hoisted_args(args, kwargs)
         cached = h.ids is self.h_ids and h.values is not None
@@ -286,25 +273,30 @@ class HotPath:
         if cached and self.same_hoisted is not None and self.same_hoisted(hoisted):
             # the same objects as at refresh: no flattening (a dict's flatten sorts its keys)
             passed = tuple(map(operator.call, self.passed))  # alive: `hoisted` holds them
-            h.saw(self.h_ids)  # the slow leaves' ids (self.ids: every hoisted leaf's)
+            h.saw(self.h_ids)
         elif (got := self.from_spare(hoisted, lead=False)) is not None:
             values, passed = got
         else:
-            slow, tree = jax.tree_util.tree_flatten(hoisted)
+            leaves, tree = jax.tree_util.tree_flatten(hoisted)
+            if tree != lay.tree:
+                return MISS  # another structure: the full call path
+            # the values belong to the slow leaves alone (jax arrays): any other hoisted leaf (a
+            # Python float, new or not on each call) is passed to the main program as it is
+            slow = lay.pick_slow(leaves)
             ids = tuple(map(id, slow))
             # a later slot's arrays, in other containers?
-            slot = next((c for c in self.spares if c.live() and c.ids == ids and tree == lay.tree), None)
+            slot = next((c for c in self.spares if c.live() and c.token == ids), None)
             in_spare = slot is not None
             if in_spare:
                 values = slot.slot.values
-            elif not (cached and ids == self.ids and tree == lay.tree):
+            elif not (cached and ids == self.h_ids):
                 # new slow arrays: this signature's policy decides where the other arguments are
                 # its own, else the call's signature on the full path (`structure_hit`)
                 own = self.own is not None and slow and not compat.traced(slow)
                 own = own and _fast_signature(lay.fast(args, kwargs)) == self.own and h.owns(slow)
                 direct = own and h.wants_direct(ids, slow)
                 return opt._run_direct(self.entry, args, kwargs) if direct else MISS
-            passed = lay.pick_passed(slow)
+            passed = lay.pick_passed(leaves)
             h.saw(slot.token if in_spare else self.h_ids)
         fast, fast_kw = lay.fast(args, kwargs)
         return self._run(values, passed, fast, fast_kw)
@@ -497,7 +489,7 @@ def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwar
     no usable HotPath (its first call compiled that one); else MISS (the full call path
     refreshes the HotPath)."""
     h, hot = entry.call, entry.hot
-    if hot is None or hot.ids is None:
+    if hot is None or not hot.usable:
         h.saw(slot.ids)
         return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, slot.values))
     synced = hot.h_ids is h.ids if slot is h.cache else hot.checked_spare(slot)

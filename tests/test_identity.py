@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxrw.identity import LONG, checker, snapshot
+from jaxrw.identity import LONG, checker, snapshot, stand_in
 
 
 def _leaves(n: int, start: int = 0) -> list:
@@ -51,3 +52,45 @@ def test_long_containers_unchanged_means_the_same_leaves(kind, n, change):
     said = unchanged(other)
     assert said == _same_leaves(tree, other)
     assert said == (change == "none" or (change == "rekey" and kind != "dict"))
+
+
+def test_python_scalars_are_the_same_when_type_value_and_sign_are():
+    # a scalar's type sets its traced dtype (2, 2.0, True and 2+0j compare equal in Python), and
+    # 0.0 == -0.0 though 1/x tells them apart: either difference is another leaf
+    a = _leaves(1)[0]
+    unchanged = checker(snapshot({"w": a, "scale": 0.5, "n": 2, "flag": True, "z": complex(0.0, -0.0)}))
+    same = {"w": a, "scale": float("0.5"), "n": int("2"), "flag": True, "z": complex(0.0, -0.0)}
+    assert unchanged(same)
+    for key, other in [("scale", 0.25), ("scale", 1), ("n", 2.0), ("n", True), ("flag", 1), ("flag", False)]:
+        assert not unchanged({**same, key: other}), (key, other)
+    assert not unchanged({**same, "z": complex(0.0, 0.0)}) and not unchanged({**same, "z": 0.0})
+    signed = checker(snapshot([0.0]))
+    assert signed([float("0.0")]) and not signed([-0.0])
+    nan = float("nan")
+    assert not checker(snapshot([nan]))([float("nan")])  # NaN: never the same (flattened instead)
+    assert snapshot([np.float32(1.0)]) is None  # numpy scalars are not Python's: flattened
+
+
+def test_stand_ins_hold_arrays_weakly_and_scalars_converted_once():
+    import gc
+
+    a = _leaves(1)[0]
+    ref = stand_in(a)
+    assert ref() is a
+    del a
+    gc.collect()
+    assert ref() is None  # the stand-in does not keep the array alive
+    for scalar in (0.5, 3, True, complex(1, 2)):
+        held = stand_in(scalar)
+        assert held() is held() and held().shape == ()
+        assert held().dtype == jax.jit(lambda s: s)(scalar).dtype  # as jax.jit would convert it
+        assert held().weak_type == jax.jit(lambda s: s)(scalar).weak_type
+    assert stand_in(2**40) is None  # past int32: no stand-in (the call flattens; jax.jit raises)
+
+
+def test_a_stand_in_made_inside_a_trace_is_a_concrete_array():
+    # made while another jit traces (an optimized call inside it), a converted scalar must not be
+    # that trace's tracer: later calls would meet a leaked tracer
+    made = []
+    jax.jit(lambda x: made.append(stand_in(0.5)) or x)(1.0)
+    assert isinstance(made[0](), jax.Array) and not isinstance(made[0](), jax.core.Tracer)
