@@ -82,5 +82,7 @@ def test_the_first_call_inside_another_jit_then_plain_calls_stay_right():
     outer = jax.jit(lambda x: opt(params, x) + 1.0)
     np.testing.assert_allclose(outer(x), _reference(params, x) + 1.0, rtol=1e-4, atol=1e-5)
     for scale in (0.5, 0.5, 0.25):
-        np.testing.assert_allclose(opt(_with(p, scale), x), _reference(_with(p, scale), x), rtol=1e-4, atol=1e-5)
+        params = _with(p, scale)
+        np.testing.assert_allclose(opt(params, x), _reference(params, x), rtol=1e-4, atol=1e-5)
+    params = _with(p, 0.5)
     np.testing.assert_allclose(outer(_x(709)), _reference(params, _x(709)) + 1.0, rtol=1e-4, atol=1e-5)
