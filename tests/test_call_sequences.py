@@ -1,10 +1,10 @@
 """Call sequences: `optimize(fn, <options>)` against `jax.jit(fn, <the same jit options>)` over a
 drawn list of what callers do (the same weights, replaced weights, dropped references, positional
 and keyword calls, static values, jit/grad/vmap around the function, bind, clear_cache, donation,
-NumPy parameters changed in place, new signatures). Derandomized, 30 examples (CI is
-reproducible); `CALLSEQ_EXAMPLES=N` runs more. A review's first run of it found two defects (the
-explicit examples below): NumPy parameters changed in place were served stale hoisted values,
-and verify with a donated argument read a deleted buffer.
+NumPy parameters changed in place, new signatures, Python scalars beside the weights).
+Derandomized, 30 examples (CI is reproducible); `CALLSEQ_EXAMPLES=N` runs more. A review's first
+run of it found two defects (the explicit examples below): NumPy parameters changed in place were
+served stale hoisted values, and verify with a donated argument read a deleted buffer.
 """
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ def mlp(p, x, mode=0):
     return _post(h @ p["out"][0], mode)
 
 
+def scaled(p, x, mode=0):
+    # a Python scalar beside the weights (the quick path compares it by value), A @ B hoistable
+    return _post(jnp.tanh(x @ (p["a"] @ p["b"])) * p["s"], mode)
+
+
 def mlp_shapes(d):
     return {"A": (d, d), "B": (d, d), "b": [(d,), None], "out": ((d, 8),)}
 
@@ -67,6 +72,7 @@ TEMPLATES = {
     "proj": (proj, lambda d: {"w1": (d, d), "w2": (d, d), "w3": (d, d)}),
     "factor": (factor, lambda d: {"w1": (d, d), "w2": (d, d)}),
     "mlp": (mlp, mlp_shapes),
+    "scaled": (scaled, lambda d: {"a": (d, d), "b": (d, d), "s": 0.5}),
 }
 
 
@@ -115,6 +121,7 @@ step_st = st.one_of(
     st.tuples(st.just("bind"), st.booleans()),
     st.tuples(st.just("bind_call"), st.sampled_from([3, 4, 5])),
     st.tuples(st.just("clear")),
+    st.tuples(st.just("rescale"), st.sampled_from([0.5, 0.5, 0.25, -0.0, 2, True])),
 )
 
 
@@ -169,9 +176,10 @@ class World:
         return jnp.asarray(a, dtype=dtype or self.dtype)
 
     def _params(self):
-        return jax.tree_util.tree_map(
-            lambda s: None if s is None else self._arr(s), self.shapes(self.d), is_leaf=_is_shape
-        )
+        def make(s):  # a shape, None, or a Python scalar (made anew: an equal, new object)
+            return s if s is None else self._arr(s) if _is_shape(s) else type(s)(np.float64(s))
+
+        return jax.tree_util.tree_map(make, self.shapes(self.d), is_leaf=_is_shape)
 
     def _x(self):
         return self._arr((self.n, self.d))
@@ -464,6 +472,9 @@ class World:
             self.check_alive(pb, what="bound call")
         elif kind == "clear":
             self.opt.clear_cache()
+        elif kind == "rescale":  # the scalar beside the weights: an equal new one, another, another type
+            if isinstance(self.p, dict) and "s" in self.p:
+                self.p = {**self.p, "s": type(s[1])(np.float64(s[1]))}
         else:
             raise ValueError(kind)
 
@@ -541,6 +552,12 @@ N = int(os.environ.get("CALLSEQ_EXAMPLES", "30"))
 @example(opts=_opts(donate=1), steps=[("grad", 0)], rseed=0)
 # the same without hoisting: jaxrw runs jax.jit's program and fails alike
 @example(opts=_opts(hoist=None, donate=1), steps=[("grad", 0)], rseed=0)
+# a Python scalar beside the weights: equal new ones, other values and types (thirty-sixth session)
+@example(
+    opts=_opts(template="scaled"),
+    steps=[("call", "pos", 0), ("rescale", 0.5), ("rescale", 0.25), ("rescale", 2), ("rescale", -0.0)],
+    rseed=0,
+)
 def test_call_sequences_match_jax_jit(opts, steps, rseed):
     w = World(opts, np.random.default_rng(rseed))
     note(f"options: {w.kw} template={opts['template']} disable={opts['disable']}")
