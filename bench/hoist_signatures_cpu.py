@@ -31,6 +31,8 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
   compared the float's identity). The making of the dict is timed for both.
 - scalar_changing: the same with another value on each call (a schedule's value inside the
   hoisted pytree): served through the structure lookup, the float passed as it is.
+- namedtuple_64: one set of 64 arrays as a namedtuple, reused (before the thirty-sixth session
+  the identity check knew no namedtuple, so every call flattened it).
 
     python bench/hoist_signatures_cpu.py [--repeats 7] [--json out.json]
 """
@@ -38,6 +40,7 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import platform
 import statistics
@@ -53,6 +56,7 @@ from jaxrw import optimize
 
 def _chain(pairs: int):
     def f(p, x):
+        p = p._asdict() if hasattr(p, "_asdict") else p  # namedtuple_64's parameters
         for i in range(pairs):
             x = jnp.tanh(x @ (p[f"A{i}"] @ p[f"B{i}"]))
         return x * p["scale"] if "scale" in p else x
@@ -107,6 +111,9 @@ def _data(name: str) -> dict:
         return {"sets": (_params(140, 32, 8),), "x": (jnp.ones((2, 8)), jnp.ones((5, 8)))}
     if name.startswith("scalar_"):
         return {"sets": (_params(150, 32, 8),), "x": (jnp.ones((2, 8)),)}
+    if name == "namedtuple_64":
+        p = _params(160, 32, 8)
+        return {"sets": (collections.namedtuple("Params", sorted(p))(**p),), "x": (jnp.ones((2, 8)),)}
     return {"sets": (_params(100, 32, 8), _params(101, 32, 8)), "x": (jnp.ones((2, 8)),)}
 
 
@@ -145,6 +152,7 @@ PATTERNS = {
     "anew_two_sizes": 32,
     "scalar_anew": 32,
     "scalar_changing": 32,
+    "namedtuple_64": 32,
 }
 
 

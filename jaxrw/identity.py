@@ -39,9 +39,9 @@ def scalar_key(x: Any) -> tuple:
 
 def snapshot(tree: Any) -> tuple | None:
     """What `checker` compares a later call's arguments with: the identity of every jax array in
-    `tree` and the containers around them (dicts with string keys, lists, tuples, None), and
-    the value of every Python scalar (`scalar_key`). None for any other pytree node (a custom
-    class may change inside; those calls are flattened)."""
+    `tree` and the containers around them (dicts with string keys, lists, tuples, namedtuples,
+    None), and the value of every Python scalar (`scalar_key`). None for any other pytree node
+    (a custom class may change inside; those calls are flattened)."""
     if isinstance(tree, jax.Array) and not compat.is_tracer(tree):
         return (_LEAF, id(tree))
     if type(tree) in SCALARS:
@@ -51,7 +51,7 @@ def snapshot(tree: Any) -> tuple | None:
     if type(tree) is dict and all(type(k) is str for k in tree):
         kind, kids = (_DICT_OF_LEAVES, _DICT), tuple(map(snapshot, tree.values()))
         head: Any = tuple(tree)
-    elif type(tree) in (list, tuple):
+    elif type(tree) in (list, tuple) or _plain_namedtuple(tree):
         kind, kids, head = (_SEQ_OF_LEAVES, _SEQ), tuple(map(snapshot, tree)), type(tree)
     else:
         return None
@@ -60,6 +60,16 @@ def snapshot(tree: Any) -> tuple | None:
     if all(k[0] == _LEAF for k in kids):
         return (kind[0], head, tuple(k[1] for k in kids))
     return (kind[1], head, kids)
+
+
+def _plain_namedtuple(tree: Any) -> bool:
+    """A namedtuple (parameters as `Params(w=..., b=...)`) that jax flattens as its fields in
+    order, as it does unless the class is registered as a pytree of its own (asked of jax once,
+    when the snapshot is taken)."""
+    if not (isinstance(tree, tuple) and isinstance(getattr(type(tree), "_fields", None), tuple)):
+        return False
+    kids = jax.tree_util.tree_flatten(tree, is_leaf=lambda x: x is not tree)[0]
+    return len(kids) == len(tree) and all(a is b for a, b in zip(kids, tree, strict=False))
 
 
 def checker(snap: tuple) -> Callable[[Any], bool]:

@@ -8,6 +8,7 @@ import dataclasses
 import gc
 import warnings
 import weakref
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -244,3 +245,29 @@ def test_dropping_old_parameters_keeps_the_current_values():
     gc.collect()
     _close(f(p2, x), jax.jit(cell)(p2, x))
     assert next(iter(f._cache.values())).call.prologue_runs == runs
+
+
+class _Cell(NamedTuple):  # parameters as a namedtuple of a list and a list
+    w: list
+    u: list
+
+
+def test_namedtuple_parameters_take_the_class_call_and_follow_new_arrays():
+    # a namedtuple was no container the identity check knew: every call flattened (1.1x jax.jit's
+    # time on this CPU for a 10 µs function, against 0.8x for the same parameters in a dict)
+    def g(params, x):
+        w, u = params  # a namedtuple or a plain tuple
+        return cell({"w": w, "u": u}, x)
+
+    opt = jaxrw.optimize(g, hoist_argnums=0)
+    a, b, x = _Cell(**_params(20)), _Cell(**_params(21)), _x(22)
+    for p in (a, a, a):
+        _close(opt(p, x), g(p, x))
+    assert _served(opt)
+    (entry,) = opt._cache.values()
+    runs = entry.call.prologue_runs
+    _close(opt(_Cell(list(a.w), list(a.u)), x), g(a, x))  # new containers, the same arrays
+    assert entry.call.prologue_runs == runs
+    for p in (b, b, a, _Cell(a.w[:2] + [b.w[2]], a.u)):  # new arrays, and one leaf replaced
+        _close(opt(p, x), g(p, x))
+    _close(opt(tuple(a), x), g(_Cell(*a), x))  # a plain tuple: another pytree, right all the same

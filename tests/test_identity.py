@@ -4,6 +4,10 @@ flattening gives the same leaves and structure, whatever was replaced, added, dr
 
 from __future__ import annotations
 
+import collections
+import functools
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +21,11 @@ def _leaves(n: int, start: int = 0) -> list:
     return [jnp.full((2,), float(start + i)) for i in range(n)]
 
 
+@functools.cache
+def _namedtuple(n: int) -> type:
+    return collections.namedtuple(f"Params{n}", [f"w{i}" for i in range(n)])
+
+
 def _same_leaves(a, b) -> bool:
     la, ta = jax.tree_util.tree_flatten(a)
     lb, tb = jax.tree_util.tree_flatten(b)
@@ -25,7 +34,7 @@ def _same_leaves(a, b) -> bool:
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    kind=st.sampled_from(["dict", "list", "tuple"]),
+    kind=st.sampled_from(["dict", "list", "tuple", "namedtuple"]),
     n=st.integers(LONG - 2, 3 * LONG),
     change=st.sampled_from(["none", "first", "last", "middle", "drop", "add", "rekey", "empty", "type"]),
 )
@@ -34,6 +43,7 @@ def test_long_containers_unchanged_means_the_same_leaves(kind, n, change):
     keys = [f"w{i:03d}" for i in range(n)]
     make = {"dict": lambda xs, ks: dict(zip(ks, xs, strict=True)), "list": lambda xs, ks: list(xs)}
     make["tuple"] = lambda xs, ks: tuple(xs)
+    make["namedtuple"] = lambda xs, ks: _namedtuple(len(xs))(*xs)
     tree = make[kind](leaves, keys)
     unchanged = checker(snapshot(tree))
     assert unchanged(make[kind](list(leaves), list(keys)))  # new containers, the same arrays
@@ -48,7 +58,8 @@ def test_long_containers_unchanged_means_the_same_leaves(kind, n, change):
         ks[0] = "a_renamed"
     elif change == "empty":
         xs, ks = [], []
-    other = make[kind](xs, ks) if change != "type" else (tuple(xs) if kind == "list" else list(xs))
+    retyped = tuple(xs) if kind in ("list", "namedtuple") else list(xs)
+    other = make[kind](xs, ks) if change != "type" else retyped
     said = unchanged(other)
     assert said == _same_leaves(tree, other)
     assert said == (change == "none" or (change == "rekey" and kind != "dict"))
@@ -94,3 +105,30 @@ def test_a_stand_in_made_inside_a_trace_is_a_concrete_array():
     made = []
     jax.jit(lambda x: made.append(stand_in(0.5)) or x)(1.0)
     assert isinstance(made[0](), jax.Array) and not isinstance(made[0](), jax.core.Tracer)
+
+
+class _Params(NamedTuple):
+    w: jax.Array
+    b: jax.Array | None
+
+
+class _Registered(NamedTuple):  # a pytree of its own: `b` is not a child
+    w: jax.Array
+    b: float
+
+
+jax.tree_util.register_pytree_node(
+    _Registered, lambda t: ((t.w,), t.b), lambda b, kids: _Registered(kids[0], b)
+)
+
+
+def test_namedtuples_are_checked_as_their_fields_unless_registered_otherwise():
+    w, b = _leaves(2)
+    unchanged = checker(snapshot({"layer": _Params(w, b), "out": _Params(w, None)}))
+    assert unchanged({"layer": _Params(w, b), "out": _Params(w, None)})  # new containers, same arrays
+    assert not unchanged({"layer": _Params(w, w), "out": _Params(w, None)})
+    assert not unchanged({"layer": (w, b), "out": _Params(w, None)})  # a plain tuple: another tree
+    assert not unchanged({"layer": _namedtuple(2)(w, b), "out": _Params(w, None)})  # another class
+    assert not unchanged({"layer": _Params(w, b), "out": _Params(w, b)})
+    # a namedtuple class registered as a pytree of its own flattens as it says: not checked here
+    assert snapshot(_Registered(w, 0.5)) is None and snapshot([_Registered(w, 0.5)]) is None
