@@ -13,6 +13,7 @@ import gc
 import os
 import traceback
 import warnings
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +59,16 @@ def mlp(p, x, mode=0):
     return _post(h @ p["out"][0], mode)
 
 
+class Named(NamedTuple):
+    a: Any
+    b: Any
+
+
+def named(p, x, mode=0):
+    # parameters in a namedtuple (checked as its fields on the quick path), a @ b hoistable
+    return _post(x @ p.a @ p.b, mode)
+
+
 def scaled(p, x, mode=0):
     # a Python scalar beside the weights (the quick path compares it by value), A @ B hoistable
     return _post(jnp.tanh(x @ (p["a"] @ p["b"])) * p["s"], mode)
@@ -73,6 +84,7 @@ TEMPLATES = {
     "factor": (factor, lambda d: {"w1": (d, d), "w2": (d, d)}),
     "mlp": (mlp, mlp_shapes),
     "scaled": (scaled, lambda d: {"a": (d, d), "b": (d, d), "s": 0.5}),
+    "named": (named, lambda d: Named((d, d), (d, d))),
 }
 
 
@@ -318,7 +330,7 @@ class World:
                 )
             self.graveyard.append(old)
             if s[3]:  # in place, in the caller's dict (the same container objects)
-                _set_inplace(self.p, path, new)
+                self.p = _set_inplace(self.p, path, new)
             else:
                 self.p = _set_copy(self.p, path, new)
         elif kind == "replace_all":
@@ -349,7 +361,7 @@ class World:
             self.p = jax.tree_util.tree_map(
                 lambda sd: self._arr(sd[0], sd[1]),
                 shapes_dtypes,
-                is_leaf=lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[0], tuple),
+                is_leaf=lambda t: type(t) is tuple and len(t) == 2 and _is_shape(t[0]),
             )
         elif kind == "swap":
             self.p, self.alt = self.alt, self.p
@@ -479,49 +491,67 @@ class World:
             raise ValueError(kind)
 
 
+def _index(container, k):
+    """Where path entry `k` points in `container`: a dict key, a sequence index, or a namedtuple
+    field's position."""
+    if hasattr(k, "name"):  # GetAttrKey: a namedtuple's field
+        return container._fields.index(k.name)
+    return k.key if hasattr(k, "key") else k.idx
+
+
 def _get(tree, path):
     for k in path:
-        tree = tree[k.key if hasattr(k, "key") else k.idx]
+        tree = tree[_index(tree, k)]
     return tree
 
 
 def _set_inplace(tree, path, value):
-    # walk to the innermost mutable container; tuples are rebuilt up to the nearest mutable parent
+    """The tree with the leaf at `path` replaced in its innermost mutable container (tuples are
+    rebuilt up to the nearest mutable parent): the same root, or a new one where none is mutable
+    (a namedtuple of arrays)."""
     *head, last = path
     chain = [tree]
     for k in head:
-        chain.append(chain[-1][k.key if hasattr(k, "key") else k.idx])
+        chain.append(chain[-1][_index(chain[-1], k)])
     new = value
     for container, k in zip(reversed(chain), reversed(path), strict=False):
-        idx = k.key if hasattr(k, "key") else k.idx
+        idx = _index(container, k)
         if isinstance(container, tuple):
             lst = list(container)
             lst[idx] = new
-            new = tuple(lst)
+            new = _retuple(container, lst)
             continue
         container[idx] = new
-        return
+        return tree
+    return new
 
 
 def _set_copy(tree, path, value):
     if not path:
         return value
     k, *rest = path
-    idx = k.key if hasattr(k, "key") else k.idx
+    idx = _index(tree, k)
     if isinstance(tree, dict):
         out = dict(tree)
         out[idx] = _set_copy(tree[idx], rest, value)
         return out
     lst = list(tree)
     lst[idx] = _set_copy(tree[idx], rest, value)
-    return type(tree)(lst)
+    return _retuple(tree, lst) if isinstance(tree, tuple) else lst
+
+
+def _retuple(like, items):
+    """A tuple of `like`'s type (a namedtuple's too) holding `items`."""
+    return type(like)(*items) if hasattr(like, "_fields") else tuple(items)
 
 
 def _copy_containers(tree):
     if isinstance(tree, dict):
         return {k: _copy_containers(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_copy_containers(v) for v in tree)
+    if isinstance(tree, tuple):
+        return _retuple(tree, [_copy_containers(v) for v in tree])
+    if isinstance(tree, list):
+        return [_copy_containers(v) for v in tree]
     return tree
 
 
@@ -552,6 +582,12 @@ N = int(os.environ.get("CALLSEQ_EXAMPLES", "30"))
 @example(opts=_opts(donate=1), steps=[("grad", 0)], rseed=0)
 # the same without hoisting: jaxrw runs jax.jit's program and fails alike
 @example(opts=_opts(hoist=None, donate=1), steps=[("grad", 0)], rseed=0)
+# parameters in a namedtuple, one leaf replaced in place and by a copy (thirty-sixth session)
+@example(
+    opts=_opts(template="named"),
+    steps=[("replace", 0, "new", True), ("replace", 1, "copy", False), ("drop_recreate",), ("swap",)],
+    rseed=0,
+)
 # a Python scalar beside the weights: equal new ones, other values and types (thirty-sixth session)
 @example(
     opts=_opts(template="scaled"),
