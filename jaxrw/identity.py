@@ -64,12 +64,17 @@ def snapshot(tree: Any) -> tuple | None:
 
 def _plain_namedtuple(tree: Any) -> bool:
     """A namedtuple (parameters as `Params(w=..., b=...)`) that jax flattens as its fields in
-    order, as it does unless the class is registered as a pytree of its own (asked of jax once,
-    when the snapshot is taken)."""
-    if not (isinstance(tree, tuple) and isinstance(getattr(type(tree), "_fields", None), tuple)):
+    order: its class is no pytree of its own (jax names the node `namedtuple[...]`; a class
+    registered otherwise may drop fields or carry aux data, a review's repros) and keeps tuple's
+    own iteration, which the checks read. Asked when the snapshot is taken: a class registered
+    as a pytree after its first calls is not seen (jax asks for registration before use)."""
+    cls = type(tree)
+    if not (isinstance(tree, tuple) and isinstance(getattr(cls, "_fields", None), tuple)):
         return False
-    kids = jax.tree_util.tree_flatten(tree, is_leaf=lambda x: x is not tree)[0]
-    return len(kids) == len(tree) and all(a is b for a, b in zip(kids, tree, strict=False))
+    if any(getattr(cls, m) is not getattr(tuple, m) for m in ("__iter__", "__len__", "__getitem__")):
+        return False
+    node = jax.tree_util.tree_structure(tree, is_leaf=lambda x: x is not tree)
+    return str(node).startswith("PyTreeDef(CustomNode(namedtuple[")
 
 
 def checker(snap: tuple) -> Callable[[Any], bool]:

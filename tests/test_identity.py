@@ -122,6 +122,33 @@ jax.tree_util.register_pytree_node(
 )
 
 
+class _Scaled(collections.namedtuple("_Base", "w b")):  # a subclass with aux data of its own
+    pass
+
+
+jax.tree_util.register_pytree_node(
+    _Scaled, lambda t: ((t.w, t.b), t.__dict__.get("scale")), lambda aux, kids: _Scaled(*kids)
+)
+
+
+class _TwoOfThree(NamedTuple):  # iterates over two of its three fields; jax flattens all three
+    w: jax.Array
+    b: jax.Array
+    scale: jax.Array
+
+    def __iter__(self):
+        return iter((self.w, self.b))
+
+
+def test_namedtuples_registered_or_iterating_otherwise_are_flattened():
+    # a review's repros: each was checked as its fields, and served a changed scale stale values
+    w, b = _leaves(2)
+    scaled = _Scaled(w, b)
+    scaled.scale = 2.0  # aux data, in the instance: unseen by a check of the fields
+    assert snapshot(scaled) is None and snapshot({"p": scaled}) is None
+    assert snapshot(_TwoOfThree(w, b, b)) is None and snapshot([_TwoOfThree(w, b, w)]) is None
+
+
 def test_namedtuples_are_checked_as_their_fields_unless_registered_otherwise():
     w, b = _leaves(2)
     unchanged = checker(snapshot({"layer": _Params(w, b), "out": _Params(w, None)}))
