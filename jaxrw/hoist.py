@@ -240,8 +240,8 @@ class HotPath:
 
     def _checks(self, args: tuple, kwargs: dict) -> tuple:
         """For the values of these arguments' hoisted leaves: whether the layout applies, the
-        identity checks of the hoisted arguments and of the first one alone, and weak references
-        to the leaves the main program reads."""
+        identity checks of the hoisted arguments and of the first one alone, and what stands in
+        for the leaves the main program reads (`identity.stand_in`)."""
         hoisted = self.layout.hoisted_args(args, kwargs)
         leaves, tree = jax.tree_util.tree_flatten(hoisted)
         # the values belong to these leaves only if none is a tracer (under a trace the prologue
