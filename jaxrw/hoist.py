@@ -58,7 +58,8 @@ class _Layout:
         self.pick_passed = picker(self.passed)
         self.pick_passed_full = picker(tuple(self.full_index[j] for j in self.passed))  # of all leaves
         slow = set(entry.call.slow)
-        self.pick_slow = picker(tuple(j for j, i in enumerate(self.full_index) if i in slow))
+        self.slow = tuple(j for j, i in enumerate(self.full_index) if i in slow)  # local positions
+        self.pick_slow = picker(self.slow)
         # stand-ins for the hoisted arguments inside the jit (their leaves come from `passed`)
         present = [*((i, args[i]) for i in self.pos), *((k, kwargs[k]) for k in self.names)]
         self._slots = {k: jax.tree_util.tree_map(lambda _: _SLOT, v) for k, v in present}
@@ -251,10 +252,10 @@ class HotPath:
         # slow leaf, whose death clears the cache (`h.ids`); one that was no jax array when the
         # signature was built is not, and a new array could take its id after it died: those
         # calls take the current leaves (the flatten branch). Python scalars are checked by value
-        slow, index, read = set(self.h.slow), self.layout.full_index, self.layout.passed
-        kept = all(index[j] in slow or type(leaves[j]) in SCALARS for j in read)
-        passed = [stand_in(leaves[j]) for j in read] if usable and kept else [None]
-        snap = snapshot(hoisted) if None not in passed else None  # None for other leaves
+        slow, read = set(self.layout.slow), self.layout.passed
+        kept = usable and all(j in slow or type(leaves[j]) in SCALARS for j in read)
+        passed = [stand_in(leaves[j]) for j in read] if kept else []
+        snap = snapshot(hoisted) if kept and None not in passed else None  # None for other leaves
         same_hoisted = checker(snap) if snap is not None else None
         passed = passed if snap is not None else []
         one = snap is not None and self.layout.prefix == 1
