@@ -1,6 +1,7 @@
-"""The hoisted quick path's identity checks (`jaxrw.identity`) on long containers, whose checks
-compare the first leaf before the rest (`identity.LONG`): "unchanged" must still mean that
-flattening gives the same leaves and structure, whatever was replaced, added, dropped or renamed."""
+"""The hoisted quick path's identity checks (`jaxrw.identity`): long containers, whose checks
+compare the first leaf before the rest (`identity.LONG`), Python scalars compared by value,
+namedtuples, and the stand-ins for passed leaves. "Unchanged" must still mean that flattening
+gives the same leaves and structure, whatever was replaced, added, dropped or renamed."""
 
 from __future__ import annotations
 
