@@ -33,6 +33,8 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
   hoisted pytree): served through the structure lookup, the float passed as it is.
 - namedtuple_64: one set of 64 arrays as a namedtuple, reused (before the thirty-sixth session
   the identity check knew no namedtuple, so every call flattened it).
+- dataclass_64: the same in a dataclass registered with jax.tree_util.register_dataclass (before
+  the thirty-seventh session every call flattened it).
 
     python bench/hoist_signatures_cpu.py [--repeats 7] [--json out.json]
 """
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import platform
 import statistics
@@ -56,7 +59,8 @@ from jaxrw import optimize
 
 def _chain(pairs: int):
     def f(p, x):
-        p = p._asdict() if hasattr(p, "_asdict") else p  # namedtuple_64's parameters
+        if not isinstance(p, dict):  # namedtuple_64's and dataclass_64's parameters
+            p = p._asdict() if hasattr(p, "_asdict") else vars(p)
         for i in range(pairs):
             x = jnp.tanh(x @ (p[f"A{i}"] @ p[f"B{i}"]))
         return x * p["scale"] if "scale" in p else x
@@ -114,6 +118,10 @@ def _data(name: str) -> dict:
     if name == "namedtuple_64":
         p = _params(160, 32, 8)
         return {"sets": (collections.namedtuple("Params", sorted(p))(**p),), "x": (jnp.ones((2, 8)),)}
+    if name == "dataclass_64":
+        p = _params(170, 32, 8)
+        cls = jax.tree_util.register_dataclass(dataclasses.make_dataclass("Params", sorted(p)))
+        return {"sets": (cls(**p),), "x": (jnp.ones((2, 8)),)}
     return {"sets": (_params(100, 32, 8), _params(101, 32, 8)), "x": (jnp.ones((2, 8)),)}
 
 
@@ -153,6 +161,7 @@ PATTERNS = {
     "scalar_anew": 32,
     "scalar_changing": 32,
     "namedtuple_64": 32,
+    "dataclass_64": 32,
 }
 
 

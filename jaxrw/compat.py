@@ -103,6 +103,25 @@ def thunky_module() -> Any | None:
     return thunky
 
 
+def dataclass_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The data and meta field names of a class registered with jax.tree_util.register_dataclass,
+    which jax flattens as `getattr` of each, in order (children and aux data); None for any other
+    class, or where this JAX keeps them otherwise. Read from the flatten function jax 0.11 and
+    0.12 keep in their registry (the C++ registry does not say)."""
+    try:
+        from jax._src import tree_util
+
+        flatten = tree_util._registry[cls].to_iter
+        if flatten.__qualname__ != "_register_dataclass.<locals>.flatten_func":
+            return None
+        cells = dict(zip(flatten.__code__.co_freevars, flatten.__closure__ or (), strict=True))
+        data, meta = cells["data_fields"].cell_contents, cells["meta_fields"].cell_contents
+    except (AttributeError, ImportError, KeyError, TypeError, ValueError):
+        return None
+    names_ok = all(type(x) is tuple and all(type(n) is str for n in x) for x in (data, meta))
+    return (data, meta) if names_ok else None
+
+
 def get_aval(x: Any) -> Any:
     """The abstract value of an array, tracer or scalar. jax 0.12 removed jax.core.get_aval;
     jax.typeof exists in 0.11 and 0.12."""

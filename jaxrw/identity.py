@@ -21,7 +21,7 @@ __all__ = ["SCALARS", "checker", "scalar_key", "snapshot", "stand_in"]
 # where it holds (5% of a 64-leaf check on this project's CPU)
 LONG = 16
 # kinds of `snapshot` nodes
-_LEAF, _NONE, _DICT, _DICT_OF_LEAVES, _SEQ, _SEQ_OF_LEAVES, _SCALAR = range(7)
+_LEAF, _NONE, _DICT, _DICT_OF_LEAVES, _SEQ, _SEQ_OF_LEAVES, _SCALAR, _ATTRS, _ATTRS_OF_LEAVES = range(9)
 # Python scalars: immutable, so their value (with their type, which sets the traced dtype) is as
 # sound a key as an array's identity; a scale or schedule value is often a new float each call
 SCALARS = (bool, int, float, complex)
@@ -40,8 +40,9 @@ def scalar_key(x: Any) -> tuple:
 def snapshot(tree: Any) -> tuple | None:
     """What `checker` compares a later call's arguments with: the identity of every jax array in
     `tree` and the containers around them (dicts with string keys, lists, tuples, namedtuples,
-    None), and the value of every Python scalar (`scalar_key`). None for any other pytree node
-    (a custom class may change inside; those calls are flattened)."""
+    dataclasses registered with jax.tree_util.register_dataclass, None), and the value of every
+    Python scalar (`scalar_key`). None for any other pytree node (a custom class may change
+    inside; those calls are flattened)."""
     if isinstance(tree, jax.Array) and not compat.is_tracer(tree):
         return (_LEAF, id(tree))
     if type(tree) in SCALARS:
@@ -53,6 +54,10 @@ def snapshot(tree: Any) -> tuple | None:
         head: Any = tuple(tree)
     elif type(tree) in (list, tuple) or _plain_namedtuple(tree):
         kind, kids, head = (_SEQ_OF_LEAVES, _SEQ), tuple(map(snapshot, tree)), type(tree)
+    elif (fields := _dataclass_fields(tree)) is not None:
+        data, meta = fields
+        kind, kids = (_ATTRS_OF_LEAVES, _ATTRS), tuple(snapshot(getattr(tree, n)) for n in data)
+        head = (type(tree), data, meta, tuple(getattr(tree, n) for n in meta))
     else:
         return None
     if any(k is None for k in kids):
@@ -75,6 +80,54 @@ def _plain_namedtuple(tree: Any) -> bool:
         return False
     node = jax.tree_util.tree_structure(tree, is_leaf=lambda x: x is not tree)
     return str(node).startswith("PyTreeDef(CustomNode(namedtuple[")
+
+
+def _dataclass_fields(tree: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The data and meta field names of a dataclass registered with jax (`compat.dataclass_fields`)
+    where jax flattens `tree` as those fields (asked of jax itself, one level down) and its meta
+    values compare as jax compares aux data (hashable, each equal to itself); else None."""
+    fields = compat.dataclass_fields(type(tree))
+    if fields is None:
+        return None
+    data, meta = fields
+    try:
+        keyed, node = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree)
+        values = tuple(getattr(tree, n) for n in meta)
+        hash(values)
+        same = bool(values == values) and node.node_data() == (type(tree), values)
+    except Exception:  # a meta value jax could not key a trace by either
+        return None
+    kids = [(path[0].name if len(path) == 1 else None, x) for path, x in keyed]
+    flat_as_fields = len(kids) == len(data) and all(
+        k == n and x is getattr(tree, n) for (k, x), n in zip(kids, data, strict=True)
+    )
+    return fields if same and flat_as_fields else None
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple]:
+    """The attributes `names` of an object, as a tuple (attrgetter gives one name's value bare)."""
+    if len(names) == 1:
+        name = names[0]
+        return lambda t: (getattr(t, name),)
+    return operator.attrgetter(*names) if names else lambda t: ()
+
+
+def _attrs_checker(head: tuple, same_data: Callable[[tuple], bool]) -> Callable[[Any], bool]:
+    """`checker` of a registered dataclass: the same class, data fields as `same_data` says, and
+    meta values equal to the snapshot's (what jax's treedefs compare; a comparison that raises
+    counts as different: that call flattens)."""
+    cls, data, meta, values = head
+    get_data, get_meta = _getter(data), _getter(meta)
+
+    def same_meta(t: Any) -> bool:
+        try:
+            return bool(get_meta(t) == values)
+        except Exception:
+            return False
+
+    if not meta:
+        return lambda t: type(t) is cls and same_data(get_data(t))
+    return lambda t: type(t) is cls and same_data(get_data(t)) and same_meta(t)
 
 
 def checker(snap: tuple) -> Callable[[Any], bool]:
@@ -111,7 +164,12 @@ def checker(snap: tuple) -> Callable[[Any], bool]:
         return lambda t: (
             type(t) is kind_of and len(t) == n and id(t[0]) == first and [id(x) for x in t] == ids
         )
+    if kind == _ATTRS_OF_LEAVES:
+        ids = list(snap[2])
+        return _attrs_checker(snap[1], lambda got: [id(x) for x in got] == ids)
     kids = tuple(map(checker, snap[2]))
+    if kind == _ATTRS:
+        return _attrs_checker(snap[1], lambda got: all(map(call, kids, got)))
     if kind == _DICT:
         keys = snap[1]
         return lambda t: type(t) is dict and tuple(t) == keys and all(map(call, kids, t.values()))

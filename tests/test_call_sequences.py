@@ -1,7 +1,8 @@
 """Call sequences: `optimize(fn, <options>)` against `jax.jit(fn, <the same jit options>)` over a
 drawn list of what callers do (the same weights, replaced weights, dropped references, positional
 and keyword calls, static values, jit/grad/vmap around the function, bind, clear_cache, donation,
-NumPy parameters changed in place, new signatures, Python scalars beside the weights).
+NumPy parameters changed in place, new signatures, Python scalars beside the weights, namedtuple
+and registered-dataclass parameters).
 Derandomized, 30 examples (CI is reproducible); `CALLSEQ_EXAMPLES=N` runs more. A review's first
 run of it found two defects (the explicit examples below): NumPy parameters changed in place were
 served stale hoisted values, and verify with a donated argument read a deleted buffer.
@@ -9,6 +10,7 @@ served stale hoisted values, and verify with a donated argument read a deleted b
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import traceback
@@ -24,6 +26,7 @@ from hypothesis import strategies as st
 import jaxrw
 from jaxrw.errors import InvalidOptionError
 from jaxrw.tolerance import relative_error
+from tests import callseq_paths as leafpath
 
 # ----------------------------------------------------------------------------------------------
 # program templates: each fn(p, x, mode=0); `mode` is used in Python control flow, so it is only
@@ -74,6 +77,20 @@ def scaled(p, x, mode=0):
     return _post(jnp.tanh(x @ (p["a"] @ p["b"])) * p["s"], mode)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Struct:
+    a: Any
+    b: Any
+    k: float = dataclasses.field(default=1.0, metadata={"static": True})
+
+
+def struct(p, x, mode=0):
+    # parameters in a registered dataclass (checked as its fields on the quick path), a @ b
+    # hoistable, and a static meta field that picks the program (jax retraces when it changes)
+    return _post(x @ p.a @ p.b * p.k, mode)
+
+
 def mlp_shapes(d):
     return {"A": (d, d), "B": (d, d), "b": [(d,), None], "out": ((d, 8),)}
 
@@ -85,6 +102,7 @@ TEMPLATES = {
     "mlp": (mlp, mlp_shapes),
     "scaled": (scaled, lambda d: {"a": (d, d), "b": (d, d), "s": 0.5}),
     "named": (named, lambda d: Named((d, d), (d, d))),
+    "struct": (struct, lambda d: Struct((d, d), (d, d))),
 }
 
 
@@ -319,7 +337,7 @@ class World:
         elif kind == "replace":
             paths = self.paths()
             path = paths[s[1] % len(paths)]
-            old = _get(self.p, path)
+            old = leafpath.get(self.p, path)
             if s[2] == "copy":
                 new = jnp.array(old, copy=True)
             elif s[2] == "new":
@@ -330,9 +348,9 @@ class World:
                 )
             self.graveyard.append(old)
             if s[3]:  # in place, in the caller's dict (the same container objects)
-                self.p = _set_inplace(self.p, path, new)
+                self.p = leafpath.set_inplace(self.p, path, new)
             else:
-                self.p = _set_copy(self.p, path, new)
+                self.p = leafpath.set_copy(self.p, path, new)
         elif kind == "replace_all":
             self.graveyard.append(self.p)
             if s[1] == "copy":
@@ -433,7 +451,7 @@ class World:
             self.check_alive(self.p, what="vmap")
         elif kind == "bind":
             by_kw = s[1]
-            snap = _copy_containers(self.p)
+            snap = leafpath.copy_containers(self.p)
             pb = self.fresh(snap, 0)
             try:
                 with warnings.catch_warnings(record=True) as rec:
@@ -487,72 +505,10 @@ class World:
         elif kind == "rescale":  # the scalar beside the weights: an equal new one, another, another type
             if isinstance(self.p, dict) and "s" in self.p:
                 self.p = {**self.p, "s": type(s[1])(np.float64(s[1]))}
+            elif isinstance(self.p, Struct):  # the meta field: a new treedef where it differs
+                self.p = dataclasses.replace(self.p, k=type(s[1])(np.float64(s[1])))
         else:
             raise ValueError(kind)
-
-
-def _index(container, k):
-    """Where path entry `k` points in `container`: a dict key, a sequence index, or a namedtuple
-    field's position."""
-    if hasattr(k, "name"):  # GetAttrKey: a namedtuple's field
-        return container._fields.index(k.name)
-    return k.key if hasattr(k, "key") else k.idx
-
-
-def _get(tree, path):
-    for k in path:
-        tree = tree[_index(tree, k)]
-    return tree
-
-
-def _set_inplace(tree, path, value):
-    """The tree with the leaf at `path` replaced in its innermost mutable container (tuples are
-    rebuilt up to the nearest mutable parent): the same root, or a new one where none is mutable
-    (a namedtuple of arrays)."""
-    *head, last = path
-    chain = [tree]
-    for k in head:
-        chain.append(chain[-1][_index(chain[-1], k)])
-    new = value
-    for container, k in zip(reversed(chain), reversed(path), strict=False):
-        idx = _index(container, k)
-        if isinstance(container, tuple):
-            lst = list(container)
-            lst[idx] = new
-            new = _retuple(container, lst)
-            continue
-        container[idx] = new
-        return tree
-    return new
-
-
-def _set_copy(tree, path, value):
-    if not path:
-        return value
-    k, *rest = path
-    idx = _index(tree, k)
-    if isinstance(tree, dict):
-        out = dict(tree)
-        out[idx] = _set_copy(tree[idx], rest, value)
-        return out
-    lst = list(tree)
-    lst[idx] = _set_copy(tree[idx], rest, value)
-    return _retuple(tree, lst) if isinstance(tree, tuple) else lst
-
-
-def _retuple(like, items):
-    """A tuple of `like`'s type (a namedtuple's too) holding `items`."""
-    return type(like)(*items) if hasattr(like, "_fields") else tuple(items)
-
-
-def _copy_containers(tree):
-    if isinstance(tree, dict):
-        return {k: _copy_containers(v) for k, v in tree.items()}
-    if isinstance(tree, tuple):
-        return _retuple(tree, [_copy_containers(v) for v in tree])
-    if isinstance(tree, list):
-        return [_copy_containers(v) for v in tree]
-    return tree
 
 
 def _opts(**changes):
@@ -586,6 +542,13 @@ N = int(os.environ.get("CALLSEQ_EXAMPLES", "30"))
 @example(
     opts=_opts(template="named"),
     steps=[("replace", 0, "new", True), ("replace", 1, "copy", False), ("drop_recreate",), ("swap",)],
+    rseed=0,
+)
+# parameters in a registered dataclass: a field replaced in place and by a copy, its static field
+# changed (thirty-seventh session)
+@example(
+    opts=_opts(template="struct"),
+    steps=[("replace", 0, "new", True), ("rescale", 0.5), ("replace", 1, "copy", False), ("swap",)],
     rseed=0,
 )
 # a Python scalar beside the weights: equal new ones, other values and types (thirty-sixth session)
