@@ -103,6 +103,14 @@ def thunky_module() -> Any | None:
     return thunky
 
 
+def same_treedef(a: Any, b: Any) -> bool:
+    """Whether two pytree structures are one, as jax.jit's cache tells them apart: by hash and
+    `==`. In jax 0.12 `==` of two registered dataclasses' treedefs ignores their classes when
+    their fields match (`Tanh(w)` and `Relu(w)`); the hash does not (a review's repro: the second
+    class was served the first's program)."""
+    return a == b and hash(a) == hash(b)
+
+
 def dataclass_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The data and meta field names of a class registered with jax.tree_util.register_dataclass,
     which jax flattens as `getattr` of each, in order (children and aux data); None for any other

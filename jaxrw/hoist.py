@@ -97,7 +97,7 @@ class _Layout:
                 raise mismatch()  # fewer arguments than the signature's
             dyn, st = opt._split(*merged)
             leaves, t = jax.tree_util.tree_flatten(dyn)
-            if t != tree or st != statics or len(leaves) != len(keys):
+            if not compat.same_treedef(t, tree) or st != statics or len(leaves) != len(keys):
                 raise mismatch()
             for i, x in zip(fill, passed, strict=True):
                 leaves[i] = x
@@ -247,7 +247,8 @@ class HotPath:
         leaves, tree = jax.tree_util.tree_flatten(hoisted)
         # the values belong to these leaves only if none is a tracer (under a trace the prologue
         # reruns inside it and the values cached stay those of concrete arrays)
-        usable = self.layout.ok and tree == self.layout.tree and not any(map(compat.is_tracer, leaves))
+        usable = self.layout.ok and compat.same_treedef(tree, self.layout.tree)
+        usable = usable and not any(map(compat.is_tracer, leaves))
         # weak references stand in for the arrays the main program reads only where each is a
         # slow leaf, whose death clears the cache (`h.ids`); one that was no jax array when the
         # signature was built is not, and a new array could take its id after it died: those
@@ -279,7 +280,7 @@ class HotPath:
             values, passed = got
         else:
             leaves, tree = jax.tree_util.tree_flatten(hoisted)
-            if tree != lay.tree:
+            if not compat.same_treedef(tree, lay.tree):
                 return MISS  # another structure: the full call path
             # the values belong to the slow leaves alone (jax arrays): any other hoisted leaf (a
             # Python float, new or not on each call) is passed to the main program as it is

@@ -84,20 +84,24 @@ def _plain_namedtuple(tree: Any) -> bool:
 
 def _dataclass_fields(tree: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The data and meta field names of a dataclass registered with jax (`compat.dataclass_fields`)
-    where jax flattens `tree` as those fields (asked of jax itself, one level down) and its meta
-    values compare as jax compares aux data (hashable, each equal to itself); else None."""
+    where jax flattens `tree` as those fields (asked of jax itself, one level down: the names read
+    from its registry must give its children and aux data) and its meta values are hashable, as
+    jax.jit needs to key a trace by them; else None. A name with a dot is refused: `attrgetter`,
+    which the checks use, would read "b.w" as `t.b.w` (a review's repro)."""
     fields = compat.dataclass_fields(type(tree))
     if fields is None:
         return None
     data, meta = fields
+    if any("." in n for n in data + meta):
+        return None
     try:
         keyed, node = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree)
         values = tuple(getattr(tree, n) for n in meta)
         hash(values)
-        same = bool(values == values) and node.node_data() == (type(tree), values)
+        same = node.node_data() == (type(tree), values)
     except Exception:  # a meta value jax could not key a trace by either
         return None
-    kids = [(path[0].name if len(path) == 1 else None, x) for path, x in keyed]
+    kids = [(getattr(path[0], "name", None) if len(path) == 1 else None, x) for path, x in keyed]
     flat_as_fields = len(kids) == len(data) and all(
         k == n and x is getattr(tree, n) for (k, x), n in zip(kids, data, strict=True)
     )

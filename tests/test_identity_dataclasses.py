@@ -61,8 +61,9 @@ def test_registered_dataclasses_unchanged_means_the_same_leaves_and_treedef(n, m
         params = {f"w{i:03d}": x for i, x in enumerate(leaves)}
     other = {"params": params, "other": [leaves[0]]}
     said = unchanged(other)
-    # two dataclasses' treedefs compare equal in jax 0.12 when their fields do, whatever the
-    # classes: the check is stricter there (another class flattens), and never looser
+    # two dataclasses' treedefs compare equal (==) in jax 0.12 when their fields do, whatever the
+    # classes; their hashes differ, and jax.jit keys by both (compat.same_treedef): another class
+    # is another tree (test_two_dataclasses_of_the_same_fields_are_two_programs below)
     assert said == _same_leaves(tree, other) or (change == "class" and not said)
     assert said == (change in ("none", "equal_meta") or (change == "meta" and not meta))
 
@@ -193,3 +194,58 @@ def test_gradients_with_respect_to_dataclass_parameters_are_right():
     got, want = jax.grad(loss(opt))(p), jax.grad(loss(net))(p)
     for name in ("A", "B", "b"):
         np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-4, atol=1e-5)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class _Relu(_Net):
+    pass
+
+
+def net_by_class(params, x):
+    h = x @ (params.A @ params.B) + params.b
+    return jax.nn.relu(h) if isinstance(params, _Relu) else jnp.tanh(h)
+
+
+def test_two_dataclasses_of_the_same_fields_are_two_programs():
+    # a review's repro: jax 0.12's treedef == ignores a registered dataclass's class, and the
+    # hoisted call's flattened branch compared treedefs by == alone: a second class of the same
+    # fields was served the first class's program (where the quick path's class check sent it)
+    p = _net(820)
+    x = jnp.asarray(np.random.default_rng(821).standard_normal((3, 16)), jnp.float32)
+    relu = _Relu(p.A, p.B, p.b)
+    want = {_Net: _reference(p, x), _Relu: _reference(dataclasses.replace(p, act="relu"), x)}
+    for kw, call in (
+        ({"hoist_argnums": 0}, lambda f, q: f(q, x)),
+        ({"hoist_argnames": "params"}, lambda f, q: f(params=q, x=x)),
+        ({"hoist_argnums": 1}, lambda f, q: f(x, q)),
+    ):
+        fn = net_by_class if "hoist_argnums" not in kw or kw["hoist_argnums"] == 0 else _swapped
+        opt = jaxrw.optimize(fn, **kw)
+        for q in (p, p, p, relu, relu, p, relu):
+            np.testing.assert_allclose(np.asarray(call(opt, q)), want[type(q)], rtol=1e-4, atol=1e-5)
+
+
+def _swapped(x, params):
+    return net_by_class(params, x)
+
+
+def test_a_field_name_with_a_dot_is_flattened_and_the_guards_ask_jax(monkeypatch):
+    # a review's repro: attrgetter reads "B.w" as `t.B.w`, so a check could read another array
+    class Holder:
+        pass
+
+    w, v = _leaves(2)
+    odd = Holder()
+    odd.A, odd.B = w, Holder()
+    setattr(odd, "B.w", v)
+    odd.B.w = v
+    jax.tree_util.register_dataclass(Holder, data_fields=["A", "B.w"], meta_fields=[])
+    assert compat.dataclass_fields(Holder) == (("A", "B.w"), ()) and snapshot(odd) is None
+    # names the registry might give wrongly are checked against jax's own flattening
+    layer = _Layer(w, v)
+    for wrong in ((("w",), ("b", "act")), (("w", "b"), ()), (("b", "w"), ("act",))):
+        monkeypatch.setattr(compat, "dataclass_fields", lambda cls, wrong=wrong: wrong)
+        assert snapshot(layer) is None, wrong
+    monkeypatch.undo()
+    assert snapshot(layer) is not None
