@@ -12,11 +12,12 @@ from typing import Any, NamedTuple
 import jax
 
 from . import compat
+from .hoist_layout import Layout, fast_signature, hoisted_as_passed, with_hoisted
 from .identity import SCALARS, checker, snapshot, stand_in
 from .options import param_names
 from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, picker
-from .schedule.xla_modes import is_nested_options_error, tuned_jit, without_frame
-from .signature import leaf_key, leaf_owners  # the signature key optimize uses
+from .schedule.xla_modes import is_nested_options_error, without_frame
+from .signature import leaf_key  # the signature key optimize uses
 
 __all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "DIRECT", "HANDOFF_AFTER", "picker", "bind"]
 __all__ += ["handoff_schedule", "slow_leaves", "install_hot", "first_call", "run_proven"]
@@ -28,121 +29,6 @@ class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
 
 MISS = object()  # HotPath could not take the call: the full call path does
 DIRECT = object()  # run_proven: jax.jit's program runs this call (Optimized._run_direct)
-
-
-class _Layout:
-    """Where a signature's hoisted arguments sit, so a cached call can pass only what the main
-    program reads: the prologue values, and the hoisted leaves `main` reads itself (those not
-    merged); every other argument passes as the user gave it. jax.jit's C++ dispatch checks each
-    array argument on every call, so the hoisted leaves left out save that host time (llama-style
-    parameter pytrees hold dozens of them)."""
-
-    def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):
-        self.pos, self.names = hoisted_as_passed(opt, args, kwargs)
-        self._posset = frozenset(self.pos)
-        # the usual layout (the parameters first, by position): hoisted_args and fast slice it
-        # instead of picking positions, a few µs of Python less on every hot call
-        self.prefix = len(self.pos) if self.pos == tuple(range(len(self.pos))) and not self.names else None
-        dyn, _statics = opt._split(args, kwargs)
-        full, in_tree = jax.tree_util.tree_flatten(dyn)
-        owners = leaf_owners(in_tree, kwargs, opt.static_argnums, opt.static_argnames)
-        hoisted = set(self.pos) | set(self.names)
-        self.full_index = tuple(i for i, o in enumerate(owners) if o in hoisted)  # local -> flat
-        local, self.tree = jax.tree_util.tree_flatten(self.hoisted_args(args, kwargs))
-        # the local order must be the flat order (positional, then keywords by name)
-        self.ok = len(local) == len(self.full_index) and all(
-            full[i] is x for i, x in zip(self.full_index, local, strict=False)
-        )
-        read = set(entry.call.used)
-        self.passed = tuple(j for j, i in enumerate(self.full_index) if i in read)
-        self.pick_passed = picker(self.passed)
-        self.pick_passed_full = picker(tuple(self.full_index[j] for j in self.passed))  # of all leaves
-        slow = set(entry.call.slow)
-        self.slow = tuple(j for j, i in enumerate(self.full_index) if i in slow)  # local positions
-        self.pick_slow = picker(self.slow)
-        # stand-ins for the hoisted arguments inside the jit (their leaves come from `passed`)
-        present = [*((i, args[i]) for i in self.pos), *((k, kwargs[k]) for k in self.names)]
-        self._slots = {k: jax.tree_util.tree_map(lambda _: _SLOT, v) for k, v in present}
-
-    def hoisted_args(self, args: tuple, kwargs: dict) -> list[Any]:
-        if self.prefix is not None and len(args) >= self.prefix:
-            return list(args[: self.prefix])
-        slow = [args[i] for i in self.pos if i < len(args)]
-        return slow + [kwargs.get(k) for k in self.names] if self.names else slow
-
-    def fast(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """The arguments the main program's jit takes besides the values (hoisted ones removed)."""
-        if self.prefix is not None:
-            return args[self.prefix :], kwargs
-        if self.pos:
-            args = tuple(a for i, a in enumerate(args) if i not in self._posset)
-        if self.names:
-            kwargs = {k: v for k, v in kwargs.items() if k not in self.names}
-        return args, kwargs
-
-    def shifted(self, idx: tuple[int, ...]) -> tuple[int, ...]:
-        """Positions of the user's call as positions of the jit's call (values and passed first)."""
-        return tuple(2 + i - sum(p < i for p in self.pos) for i in idx if i not in self._posset)
-
-    def main_jit(self, opt: Any, entry: Any, key: tuple, mismatch: Callable[..., Exception]) -> Any:
-        """jax.jit of (values, passed, *fast args, **fast kwargs) -> the signature's output."""
-        h, slots = entry.call, self._slots
-        tree, keys, statics = key
-        fill = tuple(self.full_index[j] for j in self.passed)
-        hoisted_flat = set(self.full_index)
-
-        def body(values: list, passed: tuple, *fast: Any, **fast_kw: Any) -> Any:
-            merged = _with_hoisted(fast, fast_kw, slots)
-            if merged is None:
-                raise mismatch()  # fewer arguments than the signature's
-            dyn, st = opt._split(*merged)
-            leaves, t = jax.tree_util.tree_flatten(dyn)
-            if not compat.same_treedef(t, tree) or st != statics or len(leaves) != len(keys):
-                raise mismatch()
-            for i, x in zip(fill, passed, strict=True):
-                leaves[i] = x
-            for i, x in enumerate(leaves):
-                if (i not in hoisted_flat or i in fill) and leaf_key(x) != keys[i]:
-                    raise mismatch(f"got {_spelled(leaf_key(x))}, bound with {_spelled(keys[i])}")
-            return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values, nested=True))
-
-        kw = {
-            "static_argnums": self.shifted(opt.static_argnums),
-            "static_argnames": opt.static_argnames,
-            "donate_argnums": self.shifted(opt.donate_argnums),
-            "donate_argnames": opt.donate_argnames,  # passed by keyword: **fast_kw
-        }
-        return tuned_jit(body, h.mode, **kw)
-
-
-_SLOT = object()  # a hoisted leaf inside the main program's jit that is not passed to it
-
-
-def _fast_signature(fast: tuple[tuple, dict]) -> tuple | None:
-    """The pytree structure and leaf kinds of a call's arguments besides the hoisted ones (None
-    where one is no array or scalar: a static value)."""
-    leaves, tree = jax.tree_util.tree_flatten(fast)
-    try:
-        return tree, tuple(map(leaf_key, leaves))
-    except Exception:  # noqa: BLE001 - e.g. a static string: not told apart here
-        return None
-
-
-def _spelled(key: tuple) -> str:
-    """A leaf_key as jax spells an array type (float32[3,8]), with its weak type and sharding."""
-    weak = " weakly typed" if key[2] else ""
-    return f"{key[1]}[{','.join(map(str, key[0]))}]{weak}" + (f" sharded {key[3]}" if len(key) > 3 else "")
-
-
-def _with_hoisted(fast: tuple, fast_kw: dict, hoisted: dict[int | str, Any]) -> tuple[tuple, dict] | None:
-    """The whole call from the other arguments and the hoisted ones (by position or keyword), or
-    None when too few arguments came for the hoisted positions."""
-    n = len(fast) + sum(isinstance(k, int) for k in hoisted)
-    if any(isinstance(k, int) and k >= n for k in hoisted):
-        return None
-    it = iter(fast)
-    args = tuple(hoisted[i] if i in hoisted else next(it) for i in range(n))
-    return args, {**fast_kw, **{k: v for k, v in hoisted.items() if isinstance(k, str)}}
 
 
 class HotStructure:
@@ -185,7 +71,7 @@ class HotPath:
     Python checks only the identity (and pytree structure) of the hoisted arguments' leaves; the
     rest (flattening, the signatures of the other arguments, the output tree) is jax's C++
     dispatch of one jax.jit that takes the prologue values, the few hoisted leaves the main
-    program reads, and the other arguments (`_Layout`). Arguments of another signature reach that
+    program reads, and the other arguments (`Layout`). Arguments of another signature reach that
     jit as a new trace, which raises NotHot; the caller then turns the path off for good, so
     alternating signatures never pay a trace per call. One per signature (`Entry.hot`),
     refreshed when the prologue reruns for new slow arrays."""
@@ -196,7 +82,7 @@ class HotPath:
         self.donates = bool(opt.donors)  # its calls under a trace go to Optimized.__call__
         self.usable = False  # refreshed for concrete arrays in the layout's structure
         self.h_ids: tuple[int, ...] | None = None  # h.ids then: replaced if the prologue reruns
-        self.layout = _Layout(opt, entry, key, args, kwargs)
+        self.layout = Layout(opt, entry, key, args, kwargs)
         # under an XLA mode, the jit with its options itself (no TopLevel frame per call) and, for
         # calls inside another jit's trace, its plain twin (`nested`)
         self.call, self.nested = without_frame(self.layout.main_jit(opt, entry, key, NotHot))
@@ -206,7 +92,7 @@ class HotPath:
         # checked without building the list of hoisted arguments: `call_class`)
         self.same_lead: Callable[[Any], bool] | None = None
         self.passed: list[Callable[[], Any]] = []  # the hoisted leaves the main program reads
-        self.own = _fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
+        self.own = fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
         self.spares: list[_SpareChecks] = []  # the same for the arrays of the slots after the first
         self.displaced = False  # another signature's HotPath took the instance's quick path from it
 
@@ -295,7 +181,7 @@ class HotPath:
                 # new slow arrays: this signature's policy decides where the other arguments are
                 # its own, else the call's signature on the full path (`structure_hit`)
                 own = self.own is not None and slow and not compat.traced(slow)
-                own = own and _fast_signature(lay.fast(args, kwargs)) == self.own and h.owns(slow)
+                own = own and fast_signature(lay.fast(args, kwargs)) == self.own and h.owns(slow)
                 direct = own and h.wants_direct(ids, slow)
                 return opt._run_direct(self.entry, args, kwargs) if direct else MISS
             passed = lay.pick_passed(leaves)
@@ -507,14 +393,6 @@ def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwar
         return MISS
 
 
-def hoisted_as_passed(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """The positions and keywords of the hoisted arguments this call passes (either spelling of
-    each names it: `Optimized.hoisted_owners`)."""
-    owned = opt.hoisted_owners
-    pos = tuple(sorted(i for i in owned if isinstance(i, int) and i < len(args)))
-    return pos, tuple(sorted(k for k in owned if isinstance(k, str) and k in kwargs))
-
-
 def slow_leaves(opt: Any, owners: list[int | str], leaves: list) -> frozenset[int]:
     """Positions of the leaves of `opt`'s hoisted arguments (`owners`: each leaf's argument): jax
     arrays only (immutable, so identity is a sound cache key), never donated ones."""
@@ -556,7 +434,7 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     if not isinstance(h, HoistedCall) or entry.fallback is not None:  # nothing hoisted: a plain call
 
         def plain(*fast: Any, **fast_kw: Any) -> Any:
-            merged = _with_hoisted(fast, fast_kw, hoisted)
+            merged = with_hoisted(fast, fast_kw, hoisted)
             if merged is None:
                 taken = len(args) - len(pos)
                 raise InvalidOptionError(
@@ -566,7 +444,7 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
 
         return plain
     values = h.prologue(*h.pick_slow(leaves))
-    layout = _Layout(opt, entry, key, args, kwargs)
+    layout = Layout(opt, entry, key, args, kwargs)
 
     def mismatch(what: str = "") -> Exception:
         return InvalidOptionError(

@@ -249,3 +249,29 @@ def test_a_field_name_with_a_dot_is_flattened_and_the_guards_ask_jax(monkeypatch
         assert snapshot(layer) is None, wrong
     monkeypatch.undo()
     assert snapshot(layer) is not None
+
+
+@functools.partial(jax.tree_util.register_dataclass, drop_fields=["AB"])
+@dataclasses.dataclass
+class _Checked:
+    A: jax.Array
+    B: jax.Array
+    AB: jax.Array = dataclasses.field(init=False)
+
+    def __post_init__(self):  # checks and combines its fields, as jax.jit's unflattening runs it
+        if self.A.shape[1] != self.B.shape[0]:
+            raise ValueError("A and B do not chain")
+        self.AB = self.A @ self.B
+
+
+def test_a_dataclass_whose_post_init_reads_its_fields_is_hoisted_not_refused():
+    # a review's find: the main program's jit rebuilt the hoisted arguments of placeholder objects,
+    # so a __post_init__ reading its fields raised there, and every such call fell back to jax.jit
+    p = _net(830)
+    params = _Checked(p.A, p.B)
+    x = jnp.asarray(np.random.default_rng(831).standard_normal((3, 16)), jnp.float32)
+    opt = jaxrw.optimize(lambda q, x: jnp.tanh(x @ q.AB), hoist_argnums=0, strict=True)
+    want = np.tanh(np.asarray(x, np.float64) @ (np.asarray(p.A, np.float64) @ np.asarray(p.B, np.float64)))
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(opt(params, x)), want, rtol=1e-4, atol=1e-5)
+    assert _served(opt)

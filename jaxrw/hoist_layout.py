@@ -1,0 +1,156 @@
+"""Where a hoisted signature's arguments sit in a call (`Layout`): which leaves are hoisted, which
+of them the main program reads, and the jit of the main program that takes only those leaves,
+the prologue values and the other arguments (the quick path of hoist.HotPath)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from . import compat
+from .prologue import picker
+from .schedule.xla_modes import tuned_jit
+from .signature import leaf_key, leaf_owners
+
+__all__ = ["Layout", "fast_signature", "hoisted_as_passed", "with_hoisted"]
+
+
+class Layout:
+    """Where a signature's hoisted arguments sit, so a cached call can pass only what the main
+    program reads: the prologue values, and the hoisted leaves `main` reads itself (those not
+    merged); every other argument passes as the user gave it. jax.jit's C++ dispatch checks each
+    array argument on every call, so the hoisted leaves left out save that host time (llama-style
+    parameter pytrees hold dozens of them)."""
+
+    def __init__(self, opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict):
+        self.pos, self.names = hoisted_as_passed(opt, args, kwargs)
+        self._posset = frozenset(self.pos)
+        # the usual layout (the parameters first, by position): hoisted_args and fast slice it
+        # instead of picking positions, a few µs of Python less on every hot call
+        self.prefix = len(self.pos) if self.pos == tuple(range(len(self.pos))) and not self.names else None
+        dyn, _statics = opt._split(args, kwargs)
+        full, in_tree = jax.tree_util.tree_flatten(dyn)
+        owners = leaf_owners(in_tree, kwargs, opt.static_argnums, opt.static_argnames)
+        hoisted = set(self.pos) | set(self.names)
+        self.full_index = tuple(i for i, o in enumerate(owners) if o in hoisted)  # local -> flat
+        local, self.tree = jax.tree_util.tree_flatten(self.hoisted_args(args, kwargs))
+        # the local order must be the flat order (positional, then keywords by name)
+        self.ok = len(local) == len(self.full_index) and all(
+            full[i] is x for i, x in zip(self.full_index, local, strict=False)
+        )
+        read = set(entry.call.used)
+        self.passed = tuple(j for j, i in enumerate(self.full_index) if i in read)
+        self.pick_passed = picker(self.passed)
+        self.pick_passed_full = picker(tuple(self.full_index[j] for j in self.passed))  # of all leaves
+        slow = set(entry.call.slow)
+        self.slow = tuple(j for j, i in enumerate(self.full_index) if i in slow)  # local positions
+        self.pick_slow = picker(self.slow)
+        # the hoisted arguments' structures and leaf types, rebuilt inside the jit (`stand_ins`)
+        present = [*((i, args[i]) for i in self.pos), *((k, kwargs[k]) for k in self.names)]
+        self._forms = [(k, *_form(v)) for k, v in present]
+
+    def stand_ins(self, passed: tuple) -> dict[int | str, Any]:
+        """Inside the main program's jit: the hoisted arguments by position or name, of the leaves
+        it reads (`passed`) and zeros of the others' types, which it never reads (XLA drops them).
+        Zeros, not placeholder objects: unflattening runs a registered dataclass's __post_init__,
+        which may check or combine its fields, as it does under jax.jit."""
+        local = [jax.numpy.zeros(a.shape, a.dtype) for _, _, avals in self._forms for a in avals]
+        for j, x in zip(self.passed, passed, strict=True):
+            local[j] = x
+        out, at = {}, 0
+        for k, tree, avals in self._forms:
+            out[k], at = tree.unflatten(local[at : at + len(avals)]), at + len(avals)
+        return out
+
+    def hoisted_args(self, args: tuple, kwargs: dict) -> list[Any]:
+        if self.prefix is not None and len(args) >= self.prefix:
+            return list(args[: self.prefix])
+        slow = [args[i] for i in self.pos if i < len(args)]
+        return slow + [kwargs.get(k) for k in self.names] if self.names else slow
+
+    def fast(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The arguments the main program's jit takes besides the values (hoisted ones removed)."""
+        if self.prefix is not None:
+            return args[self.prefix :], kwargs
+        if self.pos:
+            args = tuple(a for i, a in enumerate(args) if i not in self._posset)
+        if self.names:
+            kwargs = {k: v for k, v in kwargs.items() if k not in self.names}
+        return args, kwargs
+
+    def shifted(self, idx: tuple[int, ...]) -> tuple[int, ...]:
+        """Positions of the user's call as positions of the jit's call (values and passed first)."""
+        return tuple(2 + i - sum(p < i for p in self.pos) for i in idx if i not in self._posset)
+
+    def main_jit(self, opt: Any, entry: Any, key: tuple, mismatch: Callable[..., Exception]) -> Any:
+        """jax.jit of (values, passed, *fast args, **fast kwargs) -> the signature's output."""
+        h = entry.call
+        tree, keys, statics = key
+        fill = tuple(self.full_index[j] for j in self.passed)
+        hoisted_flat = set(self.full_index)
+
+        def body(values: list, passed: tuple, *fast: Any, **fast_kw: Any) -> Any:
+            merged = with_hoisted(fast, fast_kw, self.stand_ins(passed))
+            if merged is None:
+                raise mismatch()  # fewer arguments than the signature's
+            dyn, st = opt._split(*merged)
+            leaves, t = jax.tree_util.tree_flatten(dyn)
+            if not compat.same_treedef(t, tree) or st != statics or len(leaves) != len(keys):
+                raise mismatch()
+            for i, x in zip(fill, passed, strict=True):
+                leaves[i] = x
+            for i, x in enumerate(leaves):
+                if (i not in hoisted_flat or i in fill) and leaf_key(x) != keys[i]:
+                    raise mismatch(f"got {spelled(leaf_key(x))}, bound with {spelled(keys[i])}")
+            return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values, nested=True))
+
+        kw = {
+            "static_argnums": self.shifted(opt.static_argnums),
+            "static_argnames": opt.static_argnames,
+            "donate_argnums": self.shifted(opt.donate_argnums),
+            "donate_argnames": opt.donate_argnames,  # passed by keyword: **fast_kw
+        }
+        return tuned_jit(body, h.mode, **kw)
+
+
+def _form(tree: Any) -> tuple[Any, list]:
+    """A pytree's structure and its leaves' abstract values (kept instead of the arrays)."""
+    leaves, structure = jax.tree_util.tree_flatten(tree)
+    return structure, [compat.get_aval(x) for x in leaves]
+
+
+def fast_signature(fast: tuple[tuple, dict]) -> tuple | None:
+    """The pytree structure and leaf kinds of a call's arguments besides the hoisted ones (None
+    where one is no array or scalar: a static value)."""
+    leaves, tree = jax.tree_util.tree_flatten(fast)
+    try:
+        return tree, tuple(map(leaf_key, leaves))
+    except Exception:  # noqa: BLE001 - e.g. a static string: not told apart here
+        return None
+
+
+def spelled(key: tuple) -> str:
+    """A leaf_key as jax spells an array type (float32[3,8]), with its weak type and sharding."""
+    weak = " weakly typed" if key[2] else ""
+    return f"{key[1]}[{','.join(map(str, key[0]))}]{weak}" + (f" sharded {key[3]}" if len(key) > 3 else "")
+
+
+def with_hoisted(fast: tuple, fast_kw: dict, hoisted: dict[int | str, Any]) -> tuple[tuple, dict] | None:
+    """The whole call from the other arguments and the hoisted ones (by position or keyword), or
+    None when too few arguments came for the hoisted positions."""
+    n = len(fast) + sum(isinstance(k, int) for k in hoisted)
+    if any(isinstance(k, int) and k >= n for k in hoisted):
+        return None
+    it = iter(fast)
+    args = tuple(hoisted[i] if i in hoisted else next(it) for i in range(n))
+    return args, {**fast_kw, **{k: v for k, v in hoisted.items() if isinstance(k, str)}}
+
+
+def hoisted_as_passed(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The positions and keywords of the hoisted arguments this call passes (either spelling of
+    each names it: `Optimized.hoisted_owners`)."""
+    owned = opt.hoisted_owners
+    pos = tuple(sorted(i for i in owned if isinstance(i, int) and i < len(args)))
+    return pos, tuple(sorted(k for k in owned if isinstance(k, str) and k in kwargs))
