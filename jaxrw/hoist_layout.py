@@ -103,7 +103,7 @@ class Layout:
                 leaves[i] = x
             for i, x in enumerate(leaves):
                 if (i not in hoisted_flat or i in fill) and leaf_key(x) != keys[i]:
-                    raise mismatch(f"got {spelled(leaf_key(x))}, bound with {spelled(keys[i])}")
+                    raise mismatch(f"got {_spelled(leaf_key(x))}, bound with {_spelled(keys[i])}")
             return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values, nested=True))
 
         kw = {
@@ -131,7 +131,7 @@ def fast_signature(fast: tuple[tuple, dict]) -> tuple | None:
         return None
 
 
-def spelled(key: tuple) -> str:
+def _spelled(key: tuple) -> str:
     """A leaf_key as jax spells an array type (float32[3,8]), with its weak type and sharding."""
     weak = " weakly typed" if key[2] else ""
     return f"{key[1]}[{','.join(map(str, key[0]))}]{weak}" + (f" sharded {key[3]}" if len(key) > 3 else "")
