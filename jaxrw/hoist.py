@@ -49,6 +49,28 @@ class HotStructure:
         self.unbuilt = UnbuiltCalls()  # calls at shapes no signature is built for yet
 
 
+class _Passed(NamedTuple):
+    """What stands in for the hoisted leaves the main program reads (`identity.stand_in`), and the
+    weak references among them that the cache's finalizers do not watch: jax arrays the prologue
+    does not read, which may have died since (their ids then match a new array's)."""
+
+    refs: tuple = ()
+    fragile: tuple = ()
+
+    @classmethod
+    def of(cls, refs: list, read: tuple, slow: tuple, leaves: list) -> _Passed:
+        watched = set(slow)
+        pairs = zip(refs, read, strict=True)
+        fragile = [r for r, j in pairs if j not in watched and type(leaves[j]) not in SCALARS]
+        return cls(tuple(refs), tuple(fragile))
+
+    def get(self) -> tuple | None:
+        """The leaves, or None where one of the fragile ones died."""
+        if any(r() is None for r in self.fragile):
+            return None
+        return tuple(map(operator.call, self.refs))
+
+
 class _SpareChecks(NamedTuple):
     """The quick path's checks of the arrays in one of a signature's slots after the first
     (HoistedCall.spares)."""
@@ -57,7 +79,7 @@ class _SpareChecks(NamedTuple):
     token: tuple[int, ...]  # the slot's `ids` when checked: replaced when it is refilled or cleared
     same_hoisted: Callable[[Any], bool] | None  # as HotPath's, for these arrays
     same_lead: Callable[[Any], bool] | None
-    passed: list[Callable[[], Any]]  # identity.stand_in
+    passed: _Passed
 
     def live(self) -> bool:
         """Whether the slot still holds the arrays these checks were made for (not refilled, nor
@@ -91,7 +113,7 @@ class HotPath:
         # the same for the first argument alone, when it is the only hoisted one (the usual layout,
         # checked without building the list of hoisted arguments: `call_class`)
         self.same_lead: Callable[[Any], bool] | None = None
-        self.passed: list[Callable[[], Any]] = []  # the hoisted leaves the main program reads
+        self.passed = _Passed()  # the hoisted leaves the main program reads
         self.own = fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
         self.spares: list[_SpareChecks] = []  # the same for the arrays of the slots after the first
         self.displaced = False  # another signature's HotPath took the instance's quick path from it
@@ -120,9 +142,9 @@ class HotPath:
         else None."""
         for c in self.spares:
             check = c.same_lead if lead else c.same_hoisted
-            if check is not None and c.live() and check(arg):
+            if check is not None and c.live() and check(arg) and (passed := c.passed.get()) is not None:
                 self.h.saw(c.token)
-                return c.slot.values, tuple(map(operator.call, c.passed))  # alive: `arg` holds them
+                return c.slot.values, passed
         return None
 
     def _checks(self, args: tuple, kwargs: dict) -> tuple:
@@ -135,16 +157,17 @@ class HotPath:
         # reruns inside it and the values cached stay those of concrete arrays)
         usable = self.layout.ok and compat.same_treedef(tree, self.layout.tree)
         usable = usable and not any(map(compat.is_tracer, leaves))
-        # weak references stand in for the arrays the main program reads only where each is a
-        # slow leaf, whose death clears the cache (`h.ids`); one that was no jax array when the
-        # signature was built is not, and a new array could take its id after it died: those
-        # calls take the current leaves (the flatten branch). Python scalars are checked by value
-        slow, read = set(self.layout.slow), self.layout.passed
-        kept = usable and all(j in slow or type(leaves[j]) in SCALARS for j in read)
+        # weak references stand in for the jax arrays the main program reads: a slow leaf's
+        # death clears the cache (`h.ids`), so its reference is alive while the check holds; one
+        # the prologue does not read (a bias) may die and a new array take its id, so its
+        # reference is asked (`_Stale`). A NumPy leaf can change in place: those calls take the
+        # current leaves (the flatten branch). Python scalars are checked by value
+        read = self.layout.passed
+        kept = usable and all(type(leaves[j]) in SCALARS or _concrete([leaves[j]]) for j in read)
         passed = [stand_in(leaves[j]) for j in read] if kept else []
         snap = snapshot(hoisted) if kept and None not in passed else None  # None for other leaves
         same_hoisted = checker(snap) if snap is not None else None
-        passed = passed if snap is not None else []
+        passed = _Passed.of(passed, read, self.layout.slow, leaves) if snap is not None else _Passed()
         one = snap is not None and self.layout.prefix == 1
         same_lead = checker(snapshot(hoisted[0])) if one else None  # not None: inside `snap`
         return usable, same_hoisted, same_lead, passed
@@ -158,9 +181,9 @@ class HotPath:
         hoisted = lay.hoisted_args(args, kwargs)
         cached = h.ids is self.h_ids and h.values is not None
         values = h.values
-        if cached and self.same_hoisted is not None and self.same_hoisted(hoisted):
+        same = cached and self.same_hoisted is not None and self.same_hoisted(hoisted)
+        if same and (passed := self.passed.get()) is not None:
             # the same objects as at refresh: no flattening (a dict's flatten sorts its keys)
-            passed = tuple(map(operator.call, self.passed))  # alive: `hoisted` holds them
             h.saw(self.h_ids)
         elif (got := self.from_spare(hoisted, lead=False)) is not None:
             values, passed = got
@@ -212,7 +235,7 @@ class HotPath:
         cache = h.cache  # its attributes directly: no property in the quickest call
         if same_lead is None or token is None:
             return None
-        refs, get = tuple(self.passed), operator.call
+        refs, fragile, get = self.passed.refs, self.passed.fragile, operator.call
         slow_call, donating, config, from_spare = base.__call__, self.donates, jax.config, self.from_spare
 
         def hot_call(opt: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -221,7 +244,12 @@ class HotPath:
             # or a donating call under a trace, Optimized.__call__ decides (~0.1 µs to ask).
             if config.jax_disable_jit or (donating and compat.under_trace()):
                 return slow_call(opt, *args, **kwargs)
-            if args and cache.ids is token and same_lead(args[0]):
+            if (
+                args
+                and cache.ids is token
+                and same_lead(args[0])
+                and not (fragile and any(r() is None for r in fragile))
+            ):
                 if h.seen is not token and h.seen != token:  # HoistedCall.saw, inline
                     h.before, h.seen, cache.stamp = h.seen, token, h.direct_runs
                 h.streak = 0
