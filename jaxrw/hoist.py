@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -15,7 +16,7 @@ from . import compat
 from .hoist_layout import Layout, fast_signature, hoisted_as_passed, with_hoisted
 from .identity import SCALARS, checker, snapshot, stand_in
 from .options import param_names
-from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, picker
+from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, avals_of, picker
 from .schedule.xla_modes import is_nested_options_error, without_frame
 from .signature import leaf_key  # the signature key optimize uses
 
@@ -50,9 +51,10 @@ class HotStructure:
 
 
 class _Passed(NamedTuple):
-    """What stands in for the hoisted leaves the main program reads (`identity.stand_in`), and the
-    weak references among them that the cache's finalizers do not watch: jax arrays the prologue
-    does not read, which may have died since (their ids then match a new array's)."""
+    """What stands in for the hoisted leaves the main program reads (`identity.stand_in`), and weak
+    references to the hoisted jax arrays the cache's finalizers do not watch (those the prologue
+    does not read, whether the main program reads them or only their shapes): one may have died
+    since, and a new array of another shape taken its id, which the identity check compares."""
 
     refs: tuple = ()
     fragile: tuple = ()
@@ -60,8 +62,12 @@ class _Passed(NamedTuple):
     @classmethod
     def of(cls, refs: list, read: tuple, slow: tuple, leaves: list) -> _Passed:
         watched = set(slow)
-        pairs = zip(refs, read, strict=True)
-        fragile = [r for r, j in pairs if j not in watched and type(leaves[j]) not in SCALARS]
+        by_position = dict(zip(read, refs, strict=True))
+        fragile = [
+            by_position[j] if j in by_position else weakref.ref(x)
+            for j, x in enumerate(leaves)
+            if j not in watched and type(x) not in SCALARS and isinstance(x, jax.Array)
+        ]
         return cls(tuple(refs), tuple(fragile))
 
     def get(self) -> tuple | None:
@@ -160,7 +166,7 @@ class HotPath:
         # weak references stand in for the jax arrays the main program reads: a slow leaf's
         # death clears the cache (`h.ids`), so its reference is alive while the check holds; one
         # the prologue does not read (a bias) may die and a new array take its id, so its
-        # reference is asked (`_Stale`). A NumPy leaf can change in place: those calls take the
+        # reference is asked (`_Passed`). A NumPy leaf can change in place: those calls take the
         # current leaves (the flatten branch). Python scalars are checked by value
         read = self.layout.passed
         kept = usable and all(type(leaves[j]) in SCALARS or _concrete([leaves[j]]) for j in read)
@@ -192,7 +198,11 @@ class HotPath:
             if not compat.same_treedef(tree, lay.tree):
                 return MISS  # another structure: the full call path
             # the values belong to the slow leaves alone (jax arrays): any other hoisted leaf (a
-            # Python float, new or not on each call) is passed to the main program as it is
+            # bias, a Python float, new or not on each call) is passed to the main program as it
+            # is, where it is of the signature's kind (a leaf read only for its shape is not
+            # passed: its kind is in the trace)
+            if avals_of(lay.pick_other(leaves)) != lay.other_avals:
+                return MISS
             slow = lay.pick_slow(leaves)
             ids = tuple(map(id, slow))
             # a later slot's arrays, in other containers?
