@@ -123,6 +123,7 @@ class HotPath:
         self.own = fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
         self.spares: list[_SpareChecks] = []  # the same for the arrays of the slots after the first
         self.displaced = False  # another signature's HotPath took the instance's quick path from it
+        self._others_seen: tuple[int, ...] | None = None  # `came_again`
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
         """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
@@ -137,6 +138,15 @@ class HotPath:
         if usable:
             kept.append(_SpareChecks(slot, slot.ids, same_hoisted, same_lead, passed))
         self.spares = kept
+
+    def came_again(self, others: tuple) -> bool:
+        """Whether a call on the first slot's arrays whose other hoisted leaves (`others`: a bias,
+        a norm) are not those the checks were taken for brings the same ones as the call before:
+        then the checks are taken again for them (`refresh`), so a bias set once and reused is
+        served by the quick path, while one new on every call costs no snapshot per call."""
+        ids = tuple(map(id, others))
+        again, self._others_seen = ids == self._others_seen, ids
+        return again
 
     def checked_spare(self, slot: Any) -> bool:
         """Whether `slot`'s arrays, as they are now, have checks here."""
@@ -219,6 +229,8 @@ class HotPath:
                 return opt._run_direct(self.entry, args, kwargs) if direct else MISS
             passed = lay.pick_passed(leaves)
             h.saw(slot.token if in_spare else self.h_ids)
+            if not in_spare and self.came_again(lay.pick_other(leaves)):
+                self.refresh(args, kwargs)
         fast, fast_kw = lay.fast(args, kwargs)
         return self._run(values, passed, fast, fast_kw)
 
@@ -424,11 +436,16 @@ def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwar
     # the call's slow leaves are the slot's arrays (by id, and alive: the call holds them) in the
     # signature's structure: its jit runs without the HotPath's identity check
     h.saw(slot.ids)
-    fast, fast_kw = hot.layout.fast(args, kwargs)
+    lay = hot.layout
+    fast, fast_kw = lay.fast(args, kwargs)
     try:
-        return hot._run(slot.values, hot.layout.pick_passed_full(leaves), fast, fast_kw)
+        out = hot._run(slot.values, lay.pick_passed_full(leaves), fast, fast_kw)
     except NotHot:  # not expected at the signature's own shapes: the full call path decides
         return MISS
+    if slot is h.cache and opt._hot_path is hot and hot.came_again(lay.pick_other_full(leaves)):
+        hot.refresh(args, kwargs)  # the same other hoisted leaves twice: the quick path again
+        opt._set_hot_path(hot)
+    return out
 
 
 def slow_leaves(opt: Any, owners: list[int | str], leaves: list) -> frozenset[int]:

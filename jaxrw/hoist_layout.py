@@ -49,7 +49,9 @@ class Layout:
         self.pick_slow = picker(self.slow)
         # the other hoisted leaves (read by the main program, or only their shapes, or unread)
         # and their kinds at this signature: a call whose leaves differ there is another's
-        self.pick_other = picker(tuple(j for j in range(len(local)) if j not in set(self.slow)))
+        other = tuple(j for j in range(len(local)) if j not in set(self.slow))
+        self.pick_other = picker(other)
+        self.pick_other_full = picker(tuple(self.full_index[j] for j in other))  # of all leaves
         self.other_avals = avals_of(self.pick_other(local))
         # the hoisted arguments' structures and leaf types, rebuilt inside the jit (`stand_ins`)
         present = [*((i, args[i]) for i in self.pos), *((k, kwargs[k]) for k in self.names)]

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxrw
+from jaxrw import hoist
 from jaxrw.prologue import HANDOFF_AFTER
 from tests.test_hoist_call_class import _served
 from tests.test_hoist_two_sets import refuse
@@ -138,3 +139,26 @@ def test_a_shape_only_leaf_replaced_in_place_never_passes_for_a_dead_ones_id():
     for i in range(300):
         p["like"] = jnp.zeros(3 if i % 3 == 0 else 5)
         assert opt(p, x).shape == shaped(p, x).shape
+
+
+def test_a_bias_set_once_and_reused_is_served_by_the_quick_path_again(monkeypatch):
+    # the checks were taken for the old bias; without a prologue run nothing took them again,
+    # so every later call went through the structure lookup (about twice the quick call's Python)
+    for kw, call in (({"hoist_argnums": 0}, lambda f, q, x: f(q, x)), ({"hoist_argnames": "p"}, None)):
+        opt = jaxrw.optimize(net, **kw)
+        run = call or (lambda f, q, x: f(p=q, x=x))
+        p = _params(950)
+        x = jnp.asarray(np.random.default_rng(951).standard_normal((3, 16)), jnp.float32)
+        for _ in range(3):
+            run(opt, p, x)
+        p["b"] = jnp.full(16, 0.25, jnp.float32)  # in place, then reused
+        for _ in range(2):
+            np.testing.assert_allclose(np.asarray(run(opt, p, x)), _reference(p, x), rtol=1e-4, atol=1e-5)
+        with monkeypatch.context() as quick_only:
+            quick_only.setattr(hoist, "structure_hit", refuse)
+            quick_only.setattr(hoist, "avals_of", refuse)  # HotPath's flatten branch
+            for i in range(3):
+                np.testing.assert_allclose(
+                    np.asarray(run(opt, p, x + i)), _reference(p, x + i), rtol=1e-4, atol=1e-5
+                )
+        assert next(iter(opt._cache.values())).call.prologue_runs == 1
