@@ -36,9 +36,10 @@ jax.jit interleaved, median of the repeats' medians. The ratio is jaxrw's time o
 - dataclass_64: the same in a dataclass registered with jax.tree_util.register_dataclass (before
   the thirty-seventh session every call flattened it).
 - finetune_bias: one set of 64 arrays and a bias that only the main program reads, new on
-  every call (fine-tuning what the merges leave alone; before the thirty-seventh session every
-  hoisted array keyed the prologue's cache, so these calls ran jax.jit's program and were
-  handed off to it). The making of the bias is timed for both.
+  every call (fine-tuning what the merges leave alone). Every hoisted array keys the prologue's
+  cache, so these calls run jax.jit's program and are handed off to it; keying the cache by the
+  prologue's own inputs was tried and reverted in the thirty-seventh session
+  (docs/reliability.md). The making of the bias is timed for both.
 
     python bench/hoist_signatures_cpu.py [--repeats 7] [--json out.json]
 """

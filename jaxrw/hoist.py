@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -16,7 +15,7 @@ from . import compat
 from .hoist_layout import Layout, fast_signature, hoisted_as_passed, with_hoisted
 from .identity import SCALARS, checker, snapshot, stand_in
 from .options import param_names
-from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, avals_of, picker
+from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, picker
 from .schedule.xla_modes import is_nested_options_error, without_frame
 from .signature import leaf_key  # the signature key optimize uses
 
@@ -50,33 +49,6 @@ class HotStructure:
         self.unbuilt = UnbuiltCalls()  # calls at shapes no signature is built for yet
 
 
-class _Passed(NamedTuple):
-    """What stands in for the hoisted leaves the main program reads (`identity.stand_in`), and weak
-    references to the hoisted jax arrays the cache's finalizers do not watch (those the prologue
-    does not read, whether the main program reads them or only their shapes): one may have died
-    since, and a new array of another shape taken its id, which the identity check compares."""
-
-    refs: tuple = ()
-    fragile: tuple = ()
-
-    @classmethod
-    def of(cls, refs: list, read: tuple, slow: tuple, leaves: list) -> _Passed:
-        watched = set(slow)
-        by_position = dict(zip(read, refs, strict=True))
-        fragile = [
-            by_position[j] if j in by_position else weakref.ref(x)
-            for j, x in enumerate(leaves)
-            if j not in watched and type(x) not in SCALARS and isinstance(x, jax.Array)
-        ]
-        return cls(tuple(refs), tuple(fragile))
-
-    def get(self) -> tuple | None:
-        """The leaves, or None where one of the fragile ones died."""
-        if any(r() is None for r in self.fragile):
-            return None
-        return tuple(map(operator.call, self.refs))
-
-
 class _SpareChecks(NamedTuple):
     """The quick path's checks of the arrays in one of a signature's slots after the first
     (HoistedCall.spares)."""
@@ -85,7 +57,7 @@ class _SpareChecks(NamedTuple):
     token: tuple[int, ...]  # the slot's `ids` when checked: replaced when it is refilled or cleared
     same_hoisted: Callable[[Any], bool] | None  # as HotPath's, for these arrays
     same_lead: Callable[[Any], bool] | None
-    passed: _Passed
+    passed: list[Callable[[], Any]]  # identity.stand_in
 
     def live(self) -> bool:
         """Whether the slot still holds the arrays these checks were made for (not refilled, nor
@@ -119,11 +91,10 @@ class HotPath:
         # the same for the first argument alone, when it is the only hoisted one (the usual layout,
         # checked without building the list of hoisted arguments: `call_class`)
         self.same_lead: Callable[[Any], bool] | None = None
-        self.passed = _Passed()  # the hoisted leaves the main program reads
+        self.passed: list[Callable[[], Any]] = []  # the hoisted leaves the main program reads
         self.own = fast_signature(self.layout.fast(args, kwargs))  # the other arguments' kinds
         self.spares: list[_SpareChecks] = []  # the same for the arrays of the slots after the first
         self.displaced = False  # another signature's HotPath took the instance's quick path from it
-        self._others_seen: tuple[int, ...] | None = None  # `came_again`
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
         """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
@@ -139,37 +110,6 @@ class HotPath:
             kept.append(_SpareChecks(slot, slot.ids, same_hoisted, same_lead, passed))
         self.spares = kept
 
-    def came_again(self, others: tuple) -> bool:
-        """Whether a call on the first slot's arrays whose other hoisted leaves (`others`: a bias,
-        a norm) are not those the checks were taken for brings the same ones as the call before:
-        then the checks are taken again for them (`refresh`), so a bias set once and reused is
-        served by the quick path, while one new on every call costs no snapshot per call."""
-        ids = tuple(map(id, others))
-        again, self._others_seen = ids == self._others_seen, ids
-        return again
-
-    def lead_flattened(self, opt: Any, arg: Any) -> tuple[list, tuple] | None:
-        """The first slot's values and the leaves the main program reads, where the lone hoisted
-        argument `arg` holds the slot's prologue inputs but other hoisted arrays than the checks
-        were taken for (a bias or a norm fine-tuned on every call): one flattening, instead of
-        the full call path's (about 5x its Python for llama288_hoist on this project's CPU). None
-        otherwise. A bias set once and reused takes the checks again (`came_again`)."""
-        h, lay, cache = self.h, self.layout, self.h.cache
-        if cache.ids is not self.h_ids or cache.values is None:
-            return None
-        leaves, tree = jax.tree_util.tree_flatten([arg])
-        if not compat.same_treedef(tree, lay.tree) or tuple(map(id, lay.pick_slow(leaves))) != self.h_ids:
-            return None
-        others = lay.pick_other(leaves)
-        if avals_of(others) != lay.other_avals:
-            return None
-        h.saw(self.h_ids)
-        got = cache.values, lay.pick_passed(leaves)
-        if self.came_again(others):
-            self.refresh((arg,), {})
-            opt._set_hot_path(self)  # the instance's class call, with the new checks
-        return got
-
     def checked_spare(self, slot: Any) -> bool:
         """Whether `slot`'s arrays, as they are now, have checks here."""
         return any(c.slot is slot and c.token is slot.ids for c in self.spares)
@@ -180,9 +120,9 @@ class HotPath:
         else None."""
         for c in self.spares:
             check = c.same_lead if lead else c.same_hoisted
-            if check is not None and c.live() and check(arg) and (passed := c.passed.get()) is not None:
+            if check is not None and c.live() and check(arg):
                 self.h.saw(c.token)
-                return c.slot.values, passed
+                return c.slot.values, tuple(map(operator.call, c.passed))  # alive: `arg` holds them
         return None
 
     def _checks(self, args: tuple, kwargs: dict) -> tuple:
@@ -195,17 +135,16 @@ class HotPath:
         # reruns inside it and the values cached stay those of concrete arrays)
         usable = self.layout.ok and compat.same_treedef(tree, self.layout.tree)
         usable = usable and not any(map(compat.is_tracer, leaves))
-        # weak references stand in for the jax arrays the main program reads: a slow leaf's
-        # death clears the cache (`h.ids`), so its reference is alive while the check holds; one
-        # the prologue does not read (a bias) may die and a new array take its id, so its
-        # reference is asked (`_Passed`). A NumPy leaf can change in place: those calls take the
-        # current leaves (the flatten branch). Python scalars are checked by value
-        read = self.layout.passed
-        kept = usable and all(type(leaves[j]) in SCALARS or _concrete([leaves[j]]) for j in read)
+        # weak references stand in for the arrays the main program reads only where each is a
+        # slow leaf, whose death clears the cache (`h.ids`); one that was no jax array when the
+        # signature was built is not, and a new array could take its id after it died: those
+        # calls take the current leaves (the flatten branch). Python scalars are checked by value
+        slow, read = set(self.layout.slow), self.layout.passed
+        kept = usable and all(j in slow or type(leaves[j]) in SCALARS for j in read)
         passed = [stand_in(leaves[j]) for j in read] if kept else []
         snap = snapshot(hoisted) if kept and None not in passed else None  # None for other leaves
         same_hoisted = checker(snap) if snap is not None else None
-        passed = _Passed.of(passed, read, self.layout.slow, leaves) if snap is not None else _Passed()
+        passed = passed if snap is not None else []
         one = snap is not None and self.layout.prefix == 1
         same_lead = checker(snapshot(hoisted[0])) if one else None  # not None: inside `snap`
         return usable, same_hoisted, same_lead, passed
@@ -219,9 +158,9 @@ class HotPath:
         hoisted = lay.hoisted_args(args, kwargs)
         cached = h.ids is self.h_ids and h.values is not None
         values = h.values
-        same = cached and self.same_hoisted is not None and self.same_hoisted(hoisted)
-        if same and (passed := self.passed.get()) is not None:
+        if cached and self.same_hoisted is not None and self.same_hoisted(hoisted):
             # the same objects as at refresh: no flattening (a dict's flatten sorts its keys)
+            passed = tuple(map(operator.call, self.passed))  # alive: `hoisted` holds them
             h.saw(self.h_ids)
         elif (got := self.from_spare(hoisted, lead=False)) is not None:
             values, passed = got
@@ -230,11 +169,7 @@ class HotPath:
             if not compat.same_treedef(tree, lay.tree):
                 return MISS  # another structure: the full call path
             # the values belong to the slow leaves alone (jax arrays): any other hoisted leaf (a
-            # bias, a Python float, new or not on each call) is passed to the main program as it
-            # is, where it is of the signature's kind (a leaf read only for its shape is not
-            # passed: its kind is in the trace)
-            if avals_of(lay.pick_other(leaves)) != lay.other_avals:
-                return MISS
+            # Python float, new or not on each call) is passed to the main program as it is
             slow = lay.pick_slow(leaves)
             ids = tuple(map(id, slow))
             # a later slot's arrays, in other containers?
@@ -251,8 +186,6 @@ class HotPath:
                 return opt._run_direct(self.entry, args, kwargs) if direct else MISS
             passed = lay.pick_passed(leaves)
             h.saw(slot.token if in_spare else self.h_ids)
-            if not in_spare and self.came_again(lay.pick_other(leaves)):
-                self.refresh(args, kwargs)
         fast, fast_kw = lay.fast(args, kwargs)
         return self._run(values, passed, fast, fast_kw)
 
@@ -279,9 +212,7 @@ class HotPath:
         cache = h.cache  # its attributes directly: no property in the quickest call
         if same_lead is None or token is None:
             return None
-        refs, fragile, get = self.passed.refs, self.passed.fragile, operator.call
-        # other hoisted arrays than the prologue's inputs: a call with new ones is flattened here
-        lead_flattened = self.lead_flattened if fragile else None
+        refs, get = tuple(self.passed), operator.call
         slow_call, donating, config, from_spare = base.__call__, self.donates, jax.config, self.from_spare
 
         def hot_call(opt: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -290,19 +221,13 @@ class HotPath:
             # or a donating call under a trace, Optimized.__call__ decides (~0.1 µs to ask).
             if config.jax_disable_jit or (donating and compat.under_trace()):
                 return slow_call(opt, *args, **kwargs)
-            if (
-                args
-                and cache.ids is token
-                and same_lead(args[0])
-                and not (fragile and any(r() is None for r in fragile))
-            ):
+            if args and cache.ids is token and same_lead(args[0]):
                 if h.seen is not token and h.seen != token:  # HoistedCall.saw, inline
                     h.before, h.seen, cache.stamp = h.seen, token, h.direct_runs
                 h.streak = 0
                 got = cache.values, (tuple(map(get, refs)) if refs else ())
             elif not args or not h.spares or (got := from_spare(args[0], lead=True)) is None:
-                if not args or lead_flattened is None or (got := lead_flattened(opt, args[0])) is None:
-                    return slow_call(opt, *args, **kwargs)  # not the arrays of any slot
+                return slow_call(opt, *args, **kwargs)  # not the arrays of any slot
             try:
                 return call(*got, *args[1:], **kwargs)
             except ValueError as e:  # inside another jit's trace: no compiler options there
@@ -461,16 +386,11 @@ def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwar
     # the call's slow leaves are the slot's arrays (by id, and alive: the call holds them) in the
     # signature's structure: its jit runs without the HotPath's identity check
     h.saw(slot.ids)
-    lay = hot.layout
-    fast, fast_kw = lay.fast(args, kwargs)
+    fast, fast_kw = hot.layout.fast(args, kwargs)
     try:
-        out = hot._run(slot.values, lay.pick_passed_full(leaves), fast, fast_kw)
+        return hot._run(slot.values, hot.layout.pick_passed_full(leaves), fast, fast_kw)
     except NotHot:  # not expected at the signature's own shapes: the full call path decides
         return MISS
-    if slot is h.cache and opt._hot_path is hot and hot.came_again(lay.pick_other_full(leaves)):
-        hot.refresh(args, kwargs)  # the same other hoisted leaves twice: the quick path again
-        opt._set_hot_path(hot)
-    return out
 
 
 def slow_leaves(opt: Any, owners: list[int | str], leaves: list) -> frozenset[int]:

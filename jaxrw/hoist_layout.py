@@ -10,7 +10,7 @@ from typing import Any
 import jax
 
 from . import compat
-from .prologue import avals_of, picker
+from .prologue import picker
 from .schedule.xla_modes import tuned_jit
 from .signature import leaf_key, leaf_owners
 
@@ -47,12 +47,6 @@ class Layout:
         slow = set(entry.call.slow)
         self.slow = tuple(j for j, i in enumerate(self.full_index) if i in slow)  # local positions
         self.pick_slow = picker(self.slow)
-        # the other hoisted leaves (read by the main program, or only their shapes, or unread)
-        # and their kinds at this signature: a call whose leaves differ there is another's
-        other = tuple(j for j in range(len(local)) if j not in set(self.slow))
-        self.pick_other = picker(other)
-        self.pick_other_full = picker(tuple(self.full_index[j] for j in other))  # of all leaves
-        self.other_avals = avals_of(self.pick_other(local))
         # the hoisted arguments' structures and leaf types, rebuilt inside the jit (`stand_ins`)
         present = [*((i, args[i]) for i in self.pos), *((k, kwargs[k]) for k in self.names)]
         self._forms = [(k, *_form(v)) for k, v in present]

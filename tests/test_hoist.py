@@ -502,9 +502,7 @@ def test_the_hot_path_with_nested_parameters_follows_in_place_dict_changes():
     for i in range(3):
         np.testing.assert_allclose(opt(p, x + i), g(p, x + i), rtol=1e-4, atol=1e-5)
     hot = opt._hot_path
-    assert hot is not None and hot.same_hoisted is not None
-    assert len(hot.passed.refs) == 1  # the bias, read by the main program
-    assert hot.passed.fragile == hot.passed.refs  # the prologue does not read it: its death is asked
+    assert hot is not None and hot.same_hoisted is not None and len(hot.passed) == 1  # bias, read by main
     p["layers"][0]["A"] = p["layers"][0]["A"] * 2.0  # in place: the same dicts, a new array
     for _ in range(2):
         np.testing.assert_allclose(opt(p, x), g(p, x), rtol=1e-4, atol=1e-5)

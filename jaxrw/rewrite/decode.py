@@ -293,13 +293,7 @@ def _split(program, view, nodes, order, concat_parts, folded, evaluate) -> Hoist
         return None
     main_order = [c for c in order if c not in pro or c in needed]
     main_args = tuple(sorted({nodes[c].attrs[0] for c in main_order if nodes[c].op == "var"}))
-    # the prologue's inputs: the slow leaves its values are computed from. Its cache is keyed by
-    # these alone, so a hoisted leaf that only main reads (a bias, a temperature) may change on
-    # every call, as in fine-tuning the layers the merges leave alone, without rerunning it
-    reads = _live(nodes, concat_parts, folded, values)
-    pro_order = [c for c in pro_order if c in reads]
-    slow = tuple(sorted({nodes[c].attrs[0] for c in reads if nodes[c].op == "var"} & set(view.slow)))
-    slow = slow or tuple(sorted(view.slow))  # values of constants alone, not folded: as before
+    slow = tuple(sorted(view.slow))
     n_args = max([nodes[c].attrs[0] + 1 for c in order if nodes[c].op == "var"] + [slow[-1] + 1])
 
     def prologue(*slow_leaves: Any) -> list[Any]:
