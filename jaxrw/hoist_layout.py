@@ -53,7 +53,8 @@ class Layout:
 
     def stand_ins(self, passed: tuple) -> dict[int | str, Any]:
         """Inside the main program's jit: the hoisted arguments by position or name, of the leaves
-        it reads (`passed`) and zeros of the others' types, which it never reads (XLA drops them).
+        it reads (`passed`) and zeros of the others' types, which it never reads (jax drops them
+        before lowering).
         Zeros, not placeholder objects: unflattening runs a registered dataclass's __post_init__,
         which may check or combine its fields, as it does under jax.jit."""
         local = [jax.numpy.zeros(a.shape, a.dtype) for _, _, avals in self._forms for a in avals]

@@ -55,9 +55,9 @@ def snapshot(tree: Any) -> tuple | None:
     elif type(tree) in (list, tuple) or _plain_namedtuple(tree):
         kind, kids, head = (_SEQ_OF_LEAVES, _SEQ), tuple(map(snapshot, tree)), type(tree)
     elif (fields := _dataclass_fields(tree)) is not None:
-        data, meta = fields
-        kind, kids = (_ATTRS_OF_LEAVES, _ATTRS), tuple(snapshot(getattr(tree, n)) for n in data)
-        head = (type(tree), data, meta, tuple(getattr(tree, n) for n in meta))
+        data, meta, values, children = fields
+        kind, kids = (_ATTRS_OF_LEAVES, _ATTRS), tuple(map(snapshot, children))
+        head = (type(tree), data, meta, values)
     else:
         return None
     if any(k is None for k in kids):
@@ -82,12 +82,13 @@ def _plain_namedtuple(tree: Any) -> bool:
     return str(node).startswith("PyTreeDef(CustomNode(namedtuple[")
 
 
-def _dataclass_fields(tree: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """The data and meta field names of a dataclass registered with jax (`compat.dataclass_fields`)
-    where jax flattens `tree` as those fields (asked of jax itself, one level down: the names read
-    from its registry must give its children and aux data) and its meta values are hashable, as
-    jax.jit needs to key a trace by them; else None. A name with a dot is refused: `attrgetter`,
-    which the checks use, would read "b.w" as `t.b.w` (a review's repro)."""
+def _dataclass_fields(tree: Any) -> tuple[tuple[str, ...], tuple[str, ...], tuple, list] | None:
+    """The data and meta field names of a dataclass registered with jax (`compat.dataclass_fields`),
+    its meta values and its children (the data fields' values), where jax flattens `tree` as
+    those fields (asked of jax itself, one level down: the names read from its registry must give
+    its children and aux data) and its meta values are hashable, as jax.jit needs to key a trace
+    by them; else None. A name with a dot is refused: `attrgetter`, which the checks use, would
+    read "b.w" as `t.b.w` (a review's repro)."""
     fields = compat.dataclass_fields(type(tree))
     if fields is None:
         return None
@@ -105,7 +106,7 @@ def _dataclass_fields(tree: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | No
     flat_as_fields = len(kids) == len(data) and all(
         k == n and x is getattr(tree, n) for (k, x), n in zip(kids, data, strict=True)
     )
-    return fields if same and flat_as_fields else None
+    return (data, meta, values, [x for _, x in kids]) if same and flat_as_fields else None
 
 
 def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple]:
