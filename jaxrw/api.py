@@ -24,7 +24,7 @@ from . import compat, hoist
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError
 from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, handoff_schedule, install_hot, slow_leaves
 from .logs import fn_name, warn_user
-from .options import both_spellings, checked_options, disabled, resolve_argnums
+from .options import both_spellings, checked_options, disabled, hoisted_arguments, resolve_argnums
 from .prologue import KeptValues
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
@@ -113,11 +113,9 @@ class Optimized(Stages):
             self.fn, self.donate_argnums, self.donate_argnames
         )
         self.donors = (*self.donate_argnums, *self.donate_argnames)  # leaf owners (index or name)
-        # either spelling of each; a donated argument is never cached by identity (a new array can
-        # take a deleted one's id), a static one is part of the signature
-        hoisted = both_spellings(self.fn, self.hoist_argnums, self.hoist_argnames)
-        left_out = {*self.donors, *self.static_argnums, *self.static_argnames}
-        self.hoisted_owners = frozenset((*hoisted[0], *hoisted[1])) - left_out
+        statics = (*self.static_argnums, *self.static_argnames)
+        hoisted = hoisted_arguments(self.fn, self.hoist_argnums, self.hoist_argnames, statics, self.donors)
+        self.hoisted_owners, self.donated_hoisted = hoisted
         self._jitted = jax.jit(self.fn, **self._jit_options())
         self._fast = self._new_fast()
         self._prologues = KeptValues(self.max_hoist_bytes, fn_name(self.fn))
@@ -593,8 +591,14 @@ def optimize(
     fraction, default 0) plus 1 MiB above XLA's.
     """
     opts = checked_options(**{k: v for k, v in locals().items() if k != "fn"})  # every option above
-    if fn is None:
-        return lambda f: Optimized(f, **opts)
+    return (lambda f: _built(f, opts)) if fn is None else _built(fn, opts)
+
+
+def _built(fn: Any, opts: dict[str, Any]) -> Optimized:
+    """`optimize`'s instance; a hoisted argument also donated is said here (explain copies it)."""
     if not callable(fn):
         raise InvalidOptionError(f"optimize expects a callable; got {type(fn).__name__}")
-    return Optimized(fn, **opts)
+    opt = Optimized(fn, **opts)
+    if opt.donated_hoisted:  # a donated buffer is consumed by the call: nothing to cache
+        warn_user(f"jaxrw: {fn_name(fn)}: {list(opt.donated_hoisted)!r} are donated, so not hoisted")
+    return opt

@@ -18,6 +18,7 @@ from .errors import (
     check_names,
     check_nonneg_int,
 )
+from .logs import fn_name
 from .rewrite.cost import COST_MODELS, CostModel
 from .rewrite.extract import EXTRACTORS
 from .rewrite.profiles import Profile, get_profile, profile_problem
@@ -149,6 +150,48 @@ def resolve_argnums(fn: Callable, nums: tuple[int, ...], what: str) -> tuple[int
             f"and no *args ({n} here); valid: indices 0..{max(n - 1, 0)} or -{n}..-1"
         )
     return tuple(sorted(set(out)))
+
+
+def check_hoisted(fn: Callable, nums: tuple[int, ...], names: tuple[str, ...]) -> None:
+    """`hoist_argnums`/`hoist_argnames` that `fn` can take, as jax.jit checks its static and donated
+    ones: an index past its positional parameters (no *args) or a name that is none of its
+    parameters (no **kwargs) would hoist nothing and say nothing (a typo's silent cost)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    kind = inspect.Parameter
+    kinds = {p.kind for p in params}
+    n = sum(p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD) for p in params)
+    far = tuple(i for i in nums if i >= n)
+    if far and kind.VAR_POSITIONAL not in kinds:
+        valid = f"indices 0..{n - 1} or -{n}..-1" if n else "none (it has no positional parameters)"
+        raise InvalidOptionError(
+            f"hoist_argnums {far!r}: {fn_name(fn)} takes {n} positional parameter(s); valid: {valid}"
+        )
+    by_name = [p.name for p in params if p.kind in (kind.POSITIONAL_OR_KEYWORD, kind.KEYWORD_ONLY)]
+    unknown = tuple(k for k in names if k not in by_name)
+    if unknown and kind.VAR_KEYWORD not in kinds:
+        raise InvalidOptionError(
+            f"hoist_argnames {unknown!r}: {fn_name(fn)} has no such parameter; valid: {by_name!r}"
+        )
+
+
+def hoisted_arguments(
+    fn: Callable, nums: tuple[int, ...], names: tuple[str, ...], static: tuple, donated: tuple
+) -> tuple[frozenset, tuple]:
+    """(the hoisted arguments, each by position and by name, donated ones left out: a new array can
+    take a deleted one's id; the donated ones named for hoisting, for a warning). An argument both
+    hoisted and static is refused: a static one is part of the signature, no array to cache."""
+    check_hoisted(fn, nums, names)
+    hoisted = set().union(*both_spellings(fn, nums, names))
+    both = hoisted & set(static)
+    if both:
+        raise InvalidOptionError(
+            f"hoist_argnums/hoist_argnames {sorted(both, key=str)!r} are static as well: a static "
+            "argument is part of the signature (hashed), not an array to hoist; name it in one of the two"
+        )
+    return frozenset(hoisted - set(donated)), tuple(sorted(hoisted & set(donated), key=str))
 
 
 def param_names(fn: Callable) -> dict[int, str]:

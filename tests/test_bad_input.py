@@ -487,6 +487,49 @@ def test_invalid_options_are_refused_at_decoration(kw, match):
         jaxrw.optimize(lambda x: x, **kw)
 
 
+def _layer(params, x, *, scale=1.0):
+    return scale * x @ params["w"]
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        # found by a new user's try: a misspelt or out-of-range argument hoisted nothing, silently
+        (
+            {"hoist_argnames": "param"},
+            r"hoist_argnames \('param',\): _layer has no such parameter; "
+            r"valid: \['params', 'x', 'scale'\]",
+        ),
+        (
+            {"hoist_argnums": 2},
+            r"hoist_argnums \(2,\): _layer takes 2 positional parameter\(s\); "
+            r"valid: indices 0..1 or -2..-1",
+        ),
+        ({"hoist_argnums": (0, 5)}, r"hoist_argnums \(5,\): _layer takes 2"),
+        (
+            {"hoist_argnums": 0, "static_argnums": 0},
+            r"hoist_argnums/hoist_argnames \[0, 'params'\] are static",
+        ),
+        ({"hoist_argnames": "params", "static_argnums": 0}, r"\[0, 'params'\] are static as well"),
+    ],
+)
+def test_hoisted_arguments_the_function_cannot_take_are_refused(kw, match):
+    with pytest.raises(InvalidOptionError, match=match):
+        jaxrw.optimize(_layer, **kw)
+    with pytest.raises(InvalidOptionError, match=match):  # the decorator form, at decoration
+        jaxrw.optimize(**kw)(_layer)
+
+
+def test_hoisted_arguments_are_not_checked_where_the_function_takes_any():
+    # *args and **kwargs take any index and name, as jax.jit's static_argnums there
+    def f(*args, **kwargs):
+        return args[0]
+
+    opt = jaxrw.optimize(f, hoist_argnums=3, hoist_argnames="w")
+    assert opt.hoisted_owners == {3, "w"}
+    np.testing.assert_array_equal(opt(jnp.ones(3)), jnp.ones(3))
+
+
 def test_a_non_callable_is_refused():
     with pytest.raises(InvalidOptionError, match="optimize expects a callable; got int"):
         jaxrw.optimize(3)
