@@ -470,7 +470,7 @@ class Optimized(Stages):
                 profile = get_profile(self.profile) if self.profile else default_profile(compat.device_kind())
             owners = leaf_owners(in_tree, kwargs, self.static_argnums, self.static_argnames)
             slow = slow_leaves(self, owners, leaves)
-            tune = self.autotune and not compat.traced(leaves)
+            tune = self.autotune and not compat.traced(leaves) and not closed.effects  # it would run them
             result = rewrite_jaxpr(
                 closed,
                 rules=self.rules,
@@ -508,6 +508,7 @@ class Optimized(Stages):
         from .schedule import ScheduleUnavailableError, choice
 
         t_schedule = time.perf_counter()  # auto's timing of candidate schedules: a phase of its own
+        mode = "xla" if closed.effects else self.schedule  # timing would run its jax.debug calls
         if hoisted is not None:  # the main program stays a plain jit behind the identity check
             report.hoisted_sets = hoisted.fit(self.max_hoist_bytes)  # autotune's winner decoded again
             mode, why = choice.for_hoisted(self.schedule, hoisted, leaves, self.schedule_memory_slack)
@@ -519,10 +520,13 @@ class Optimized(Stages):
             fn = result.fn if result.fn is not None else original
             try:
                 if report.rewritten and not tune:  # autotune measured already
-                    fn = choice.confirm_rewrite(self.schedule, fn, original, leaves, report, fn_name(self.fn))
+                    fn = choice.confirm_rewrite(mode, fn, original, leaves, report, fn_name(self.fn))
                 as_written = not report.rewritten  # kept: a schedule must beat timing.kept_terms
                 chosen, why = choice.for_program(
-                    self.schedule, fn, specs, leaves, donate, profile, self.schedule_memory_slack, as_written
+                    mode, fn, specs, leaves, donate, profile, self.schedule_memory_slack, as_written
+                )
+                why = (
+                    "it makes jax.debug calls (auto times no such program)" if mode != self.schedule else why
                 )
             except ScheduleUnavailableError:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here

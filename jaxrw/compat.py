@@ -53,6 +53,17 @@ def bind_equation(prim: Any, params: dict, args: list) -> list:
     return list(out) if prim.multiple_results else [out]
 
 
+def jaxpr_with(jaxpr: Any, eqns: list, outvars: list) -> Any:
+    """`jaxpr` with other equations and outputs and no effects (what is left is pure: the
+    caller took the effectful equations out); its debug info names each added output, as jax's
+    checks ask one path per output."""
+    info = jaxpr.debug_info
+    paths = getattr(info, "result_paths", None)
+    if isinstance(paths, tuple) and len(paths) == len(jaxpr.outvars) <= len(outvars):
+        info = info._replace(result_paths=(*paths, *["debug callback value"] * (len(outvars) - len(paths))))
+    return jaxpr.replace(eqns=eqns, outvars=outvars, effects=set(), debug_info=info)
+
+
 def is_literal(x: Any) -> bool:
     return isinstance(x, Literal)
 

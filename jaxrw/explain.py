@@ -424,6 +424,8 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
     from .rewrite.rules import RULES, select_rules
     from .rewrite.terms import analysis
 
+    if result.closed is not None:  # what was encoded (without jax.debug calls: rewrite/effects.py)
+        closed = result.closed
     eqns = list(_walk(closed.jaxpr))
     program = encode(closed)
     program.egraph.run(analysis.saturate())

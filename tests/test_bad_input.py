@@ -134,7 +134,8 @@ def test_a_primitive_with_unhashable_parameters_is_kept():
 # --- effects and randomness -----------------------------------------------------------------------
 
 
-def test_debug_print_falls_back_once_and_still_prints(capfd):
+def test_debug_print_is_kept_and_prints_once_per_call(capfd):
+    # it made the whole program fall back until a new user's try (tests/test_debug_callbacks.py)
     def f(x):
         jax.debug.print("value {v}", v=x[0])
         return x @ x + x @ x.T
@@ -145,8 +146,26 @@ def test_debug_print_falls_back_once_and_still_prints(capfd):
         warnings.simplefilter("always")
         out = opt(x)
         opt(x)
+    assert _jaxrw_warnings(record) == []
+    np.testing.assert_array_equal(out, jax.jit(f)(x))
+    jax.effects_barrier()
+    assert capfd.readouterr().out.count("value [3. 3.]") == 3  # two optimized calls and one jax.jit
+    np.testing.assert_array_equal(jaxrw.optimize(f, strict=True)(x), out)
+
+
+def test_ordered_debug_print_falls_back_once_and_still_prints(capfd):
+    def f(x):
+        jax.debug.print("value {v}", v=x[0], ordered=True)
+        return x @ x + x @ x.T
+
+    opt = jaxrw.optimize(f)
+    x = jnp.full((2, 2), 3.0)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        out = opt(x)
+        opt(x)
     msgs = _jaxrw_warnings(record)
-    assert len(msgs) == 1 and "side effects" in msgs[0] and "DebugEffect" in msgs[0]
+    assert len(msgs) == 1 and "side effects" in msgs[0] and "OrderedDebugEffect" in msgs[0]
     np.testing.assert_array_equal(out, jax.jit(f)(x))
     jax.effects_barrier()
     assert capfd.readouterr().out.count("value [3. 3.]") == 3  # two optimized calls and one jax.jit

@@ -25,6 +25,7 @@ from egglog import run as run_schedule
 from ..errors import Interrupt, InvalidOptionError, JaxrwError, RewriteStageError
 from .cost import CostModel, get_cost_model, speedup
 from .decode import decode
+from .effects import split_callbacks
 from .encode import Program, count_equations, encode
 from .extract import Extraction, get_extractor, node_costs
 from .graph import EGraphView
@@ -363,6 +364,25 @@ def rewrite_jaxpr(
     `limits.time_s` bounds the signature's saturation as a whole: control-flow bodies and a rerun
     (exact rules only, or nothing hoisted) take what is left of it (`_deadline`)."""
     limits = limits or Limits()
+    if closed.effects and (split := split_callbacks(closed)) is not None:  # jax.debug.print
+        pure, calls = split
+        why = "not hoisted: the function makes jax.debug calls (print, callback)" if slow else _note
+        result = rewrite_jaxpr(
+            pure,
+            rules=rules,
+            cost_model=cost_model,
+            profile=profile,
+            extractor=extractor,
+            limits=limits,
+            numerics=numerics,
+            force=force,
+            max_hoist_bytes=max_hoist_bytes,
+            control_flow=control_flow,
+            _note=why,
+            _exact_note=_exact_note,
+            _deadline=_deadline,
+        )
+        return calls.applied(result)
     deadline = time.perf_counter() + limits.time_s if _deadline is None else _deadline
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)

@@ -1,0 +1,91 @@
+"""Programs that call `jax.debug.print` or `jax.debug.callback`: the calls are taken out, the
+values they read become extra outputs of the program that is rewritten, and the rewritten
+program's function makes the same calls with those values after computing them.
+
+Only unordered debug effects, at the program's top level: jax promises no order among them or
+with the computation around them, so making them after it keeps every guarantee jax.jit gives.
+Any other effect (ordered prints, IO callbacks, a print inside a scan's body) keeps the program
+as written, as before (`encode` refuses it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import compat
+
+__all__ = ["Callbacks", "split_callbacks"]
+
+# the primitives of jax.debug.print (jax 0.12; jax 0.11 binds debug_callback for it too)
+CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print"})
+
+
+def _unordered_debug(effects: Any) -> bool:
+    return all(type(e).__name__ == "DebugEffect" for e in effects)
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """The debug calls taken out of a program: each equation with where its operands come from,
+    ("out", k): the rewritten program's output `n_out + k`, or ("lit", value): a literal."""
+
+    eqns: tuple[Any, ...]
+    sources: tuple[tuple[tuple[str, Any], ...], ...]
+    n_out: int  # the program's own outputs; the callbacks' values follow them
+
+    def wrap(self, fn: Callable[..., list]) -> Callable[..., list]:
+        """`fn` (the rewritten program, with the callbacks' values as extra outputs) making the
+        calls, in the program's order, and returning the program's own outputs."""
+
+        def with_callbacks(*args: Any) -> list:
+            outs = list(fn(*args))
+            extra = outs[self.n_out :]
+            for eqn, sources in zip(self.eqns, self.sources, strict=True):
+                vals = [extra[v] if kind == "out" else v for kind, v in sources]
+                compat.bind_equation(eqn.primitive, eqn.params, vals)
+            return outs[: self.n_out]
+
+        with_callbacks.callbacks = len(self.eqns)  # type: ignore[attr-defined]
+        return with_callbacks
+
+    def applied(self, result: Any) -> Any:
+        """`result` (a RewriteResult of the program without the calls) as the program's own: its
+        function makes the calls and returns the program's outputs alone."""
+        if result.fn is not None:
+            result.fn = self.wrap(result.fn)
+        result.report.n_outputs = self.n_out
+        return result
+
+
+def split_callbacks(closed: Any) -> tuple[Any, Callbacks] | None:
+    """(`closed` without its debug calls and with their operands as extra outputs, the calls),
+    or None where it has another effect or one that is not a top-level debug call."""
+    jaxpr = closed.jaxpr
+    if not closed.effects or not _unordered_debug(closed.effects):
+        return None
+    kept, calls = [], []
+    for eqn in jaxpr.eqns:
+        if not eqn.effects:
+            kept.append(eqn)
+        elif eqn.primitive.name in CALLBACK_PRIMITIVES and not eqn.outvars and _unordered_debug(eqn.effects):
+            calls.append(eqn)
+        else:  # a call or loop whose body has the effect: not taken apart here
+            return None
+    extra: list[Any] = []
+    where: dict[Any, int] = {}
+    sources = []
+    for eqn in calls:
+        got = []
+        for v in eqn.invars:
+            if compat.is_literal(v):
+                got.append(("lit", v.val))
+                continue
+            if v not in where:
+                where[v] = len(extra)
+                extra.append(v)
+            got.append(("out", where[v]))
+        sources.append(tuple(got))
+    pure = compat.jaxpr_with(jaxpr, kept, [*jaxpr.outvars, *extra])
+    calls_out = Callbacks(tuple(calls), tuple(sources), len(jaxpr.outvars))
+    return compat.ClosedJaxpr(pure, closed.consts), calls_out

@@ -1,0 +1,154 @@
+"""Programs with jax.debug calls (rewrite/effects.py): the rest of the program is rewritten, each
+call is made once per call of the function, with the values jax.jit's program gives it, and
+programs with other effects are still kept as written (a fallback, or JaxrwError under strict)."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrw
+from jaxrw.errors import UnsupportedProgramError
+
+
+def _record(fn_of_log):
+    """(log, fn): `fn` built by `fn_of_log(log)` appends what its jax.debug.callback calls see."""
+    log: list = []
+    return log, fn_of_log(log)
+
+
+def _chain(log):
+    def f(A, B, v):
+        jax.debug.callback(lambda s, c: log.append((float(s), int(c))), A.sum(), 3)
+        jax.debug.callback(lambda x: log.append(np.asarray(x)), B @ v)
+        return A @ B @ (B @ v)  # best as A @ (B @ (B @ v)), B @ v shared with the callback
+
+    return f
+
+
+def _calls(build, *args, **opts):
+    """What jax.jit's and optimize's programs give and what their callbacks saw, in this order."""
+    out = []
+    for wrap in (jax.jit, lambda f: jaxrw.optimize(f, **opts)):
+        log, f = _record(build)
+        got = wrap(f)(*args)
+        jax.effects_barrier()
+        out.append((got, log, f))
+    return out
+
+
+def _same_logs(want, got, rtol):
+    assert len(got) == len(want)
+    for w, g in zip(want, got, strict=True):
+        if isinstance(w, tuple):
+            np.testing.assert_allclose(g, w, rtol=rtol)
+        else:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * np.abs(w).max())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_program_with_debug_calls_is_rewritten_and_calls_them_once(seed):
+    rng = np.random.default_rng(seed)
+    n, m, k = (int(x) for x in rng.integers(24, 64, 3))
+    A = jnp.asarray(rng.standard_normal((n, m)), jnp.float32)
+    B = jnp.asarray(rng.standard_normal((m, m)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((m, k % 3 + 1)), jnp.float32)
+    (want, want_log, _), (got, got_log, f) = _calls(_chain, A, B, v)
+    A64, B64, v64 = (np.asarray(x, np.float64) for x in (A, B, v))
+    exact = A64 @ B64 @ B64 @ v64  # the float64 reference
+    np.testing.assert_allclose(got, exact, rtol=2e-3, atol=2e-3 * np.abs(exact).max())
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(exact).max())
+    _same_logs(want_log, got_log, 1e-4)
+    opt = jaxrw.optimize(f)
+    report = opt.report(A, B, v)
+    assert report.rewritten and not report.fallback
+    assert report.n_outputs == 1
+
+
+def test_each_call_makes_the_calls_again():
+    log, f = _record(_chain)
+    opt = jaxrw.optimize(f)
+    A, B, v = jnp.ones((8, 8)), jnp.eye(8), jnp.ones((8, 2))
+    for _ in range(3):
+        opt(A, B, v)
+    jax.effects_barrier()
+    assert [x for x in log if isinstance(x, tuple)] == [(64.0, 3)] * 3
+    assert len(log) == 6
+
+
+def test_a_callback_of_an_argument_and_a_print_of_a_literal():
+    def build(log):
+        def f(x, W):
+            jax.debug.callback(lambda a, b: log.append((np.asarray(a).sum(), np.asarray(b).sum())), x, x)
+            jax.debug.print("{}", 2.5)  # a literal operand, printed (not recorded)
+            return (x @ W) @ W.T
+
+        return f
+
+    x, W = jnp.arange(12.0).reshape(3, 4), jnp.ones((4, 6))
+    (want, want_log, _), (got, got_log, _) = _calls(build, x, W)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    _same_logs(want_log, got_log, 0)
+
+
+def test_hoisting_is_left_off_with_a_warning_and_results_stay_right():
+    log, f = _record(_chain)
+    A, B, v = jnp.ones((8, 8)), 0.5 * jnp.eye(8), jnp.ones((8, 2))
+    opt = jaxrw.optimize(f, hoist_argnums=(0, 1))
+    with pytest.warns(UserWarning, match="not hoisted: the function makes jax.debug calls"):
+        got = opt(A, B, v)
+    np.testing.assert_allclose(got, A @ B @ B @ v, rtol=1e-6)
+    jax.effects_barrier()
+    assert len(log) == 2
+
+
+def test_gradients_and_vmap_call_as_jax_jit_does():
+    def build(log):
+        def f(A, v):
+            jax.debug.callback(lambda s: log.append(float(np.asarray(s).sum())), (A @ A).sum())
+            return jnp.sum((A @ A @ v) ** 2)
+
+        return f
+
+    A = jnp.asarray(np.random.default_rng(5).standard_normal((16, 16)), jnp.float32) / 4
+    v = jnp.ones((16, 2))
+    for transform in (jax.grad, lambda f: jax.vmap(f, in_axes=(0, None))):
+        args = (A, v) if transform is jax.grad else (jnp.stack([A, 2 * A]), v)
+        outs = []
+        for wrap in (jax.jit, jaxrw.optimize):
+            log, f = _record(build)
+            got = transform(wrap(f))(*args)
+            jax.effects_barrier()
+            outs.append((got, log))
+        (want, want_log), (got, got_log) = outs
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got_log, want_log, rtol=1e-4)
+
+
+def _ordered(A, v):
+    jax.debug.print("{}", A.sum(), ordered=True)
+    return A @ A @ v
+
+
+def _in_a_scan(A, v):
+    def body(c, _):
+        jax.debug.print("{}", c.sum())
+        return A @ c, None
+
+    return jax.lax.scan(body, v, None, length=2)[0]
+
+
+@pytest.mark.parametrize("fn", [_ordered, _in_a_scan])
+def test_other_effects_keep_the_program_as_written(fn):
+    A, v = jnp.eye(4), jnp.ones((4, 1))
+    with pytest.raises(UnsupportedProgramError, match="side effects are not rewritten"):
+        jaxrw.optimize(fn, strict=True)(A, v)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = jaxrw.optimize(fn)(A, v)
+    assert any("falling back to jax.jit" in str(w.message) for w in seen)
+    np.testing.assert_allclose(got, jax.jit(fn)(A, v))
