@@ -44,15 +44,6 @@ class _BuildOutside(Exception):
     """Raised inside the fast path's trace for a signature that must be built, or run, outside it."""
 
 
-def _needs_python(entry: Entry, fast_mode: str = "xla") -> bool:
-    """Whether a signature's program runs through `entry.call` on the Python call path: a hoisted
-    program (prologue cached by identity), a thunky schedule, or an XLA mode (compiler options)
-    other than the one the fast path's jit is compiled under (`fast_mode`)."""
-    if isinstance(entry.call, HoistedCall) and not entry.handed_off:
-        return True
-    return entry.schedule != fast_mode
-
-
 def _state(default: Any) -> Any:
     return field(default=default, init=False, repr=False)
 
@@ -201,7 +192,8 @@ class Optimized(Stages):
                 return self._fast(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - as the fast path's failures (leaves state "jit")
                 return self._fast_failed(e, args, kwargs)
-        if self._fast_state == "on" and _needs_python(entry, self._fast_mode) and not self._adopt_mode(entry):
+        python = self._fast_state == "on" and hoist.needs_python(entry, self._fast_mode)
+        if python and not self._adopt_mode(entry):
             self._fast_state = "off"  # its program runs through entry.call, not inlined
         if entry.fallback is not None or entry.handed_off:
             return self._jitted(*args, **kwargs)
@@ -242,7 +234,7 @@ class Optimized(Stages):
         (`_inline`): then calls take jax's C++ dispatch with no Python of jaxrw's on the way.
         Verification needs Python on every call; autotune measures when a signature is built,
         which cannot happen inside a trace. With hoisting or schedule="auto", the fast path holds
-        until a signature's program turns out to need the Python path (`_needs_python`)."""
+        until a signature's program turns out to need the Python path (`hoist.needs_python`)."""
         return not (self.verify or self.autotune or self._keep) and self.schedule != "streams"
 
     def _build_outside(self) -> bool:
@@ -268,7 +260,7 @@ class Optimized(Stages):
             if entry is None or not as_written(entry):
                 self._leave_jit()  # its program runs from its next call, through __call__
             return self.fn(*args, **kwargs)
-        python = entry is not None and _needs_python(entry, self._fast_mode)
+        python = entry is not None and hoist.needs_python(entry, self._fast_mode)
         if python or (entry is None and self._build_outside()):
             raise _BuildOutside()  # __call__ takes its own path (and builds there)
         if entry is None:
@@ -315,7 +307,7 @@ class Optimized(Stages):
         log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", fn_name(self.fn))
         handoff_schedule(self, entry, args, kwargs)
         self._adopt_mode(entry)
-        python = any(_needs_python(e, self._fast_mode) for e in self._cache.values())
+        python = any(hoist.needs_python(e, self._fast_mode) for e in self._cache.values())
         if self._fast_state == "off" and self._fast_path() and not python:
             self._fast_state = "on"
             self._set_hot_path(None)
@@ -338,7 +330,7 @@ class Optimized(Stages):
         """Whether the fast path's jit now runs `entry`'s program under its XLA mode (recompiled
         for it): only when it is the only signature and needs no Python of its own."""
         ok = len(self._cache) == 1 and entry.schedule in ("xla", *XLA_MODES)
-        if not ok or _needs_python(entry, entry.schedule):
+        if not ok or hoist.needs_python(entry, entry.schedule):
             return False
         if entry.schedule != self._fast_mode:
             self._fast_mode = entry.schedule

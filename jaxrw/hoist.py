@@ -243,6 +243,15 @@ class HotPath:
         return type(base.__name__, (base,), {"__call__": hot_call, "_call_class": True, "_checked_hot": True})
 
 
+def needs_python(entry: Any, fast_mode: str = "xla") -> bool:
+    """Whether a signature's program runs through `entry.call` on the Python call path: a hoisted
+    program (prologue cached by identity), a thunky schedule, or an XLA mode (compiler options)
+    other than the one the fast path's jit is compiled under (`fast_mode`)."""
+    if isinstance(entry.call, HoistedCall) and not entry.handed_off:
+        return True
+    return entry.schedule != fast_mode
+
+
 def install_hot(opt: Any, entry: Any, key: tuple, args: tuple, kwargs: dict, leaves: list) -> None:
     """After a call of a hoisted signature that left its prologue values cached: the signature's
     structure is remembered (`Optimized._hot`, a HotStructure) and, where the values belong to this
