@@ -50,6 +50,22 @@ class Layout:
         # the hoisted arguments' structures and leaf types, rebuilt inside the jit (`stand_ins`)
         present = [*((i, args[i]) for i in self.pos), *((k, kwargs[k]) for k in self.names)]
         self._forms = [(k, *_form(v)) for k, v in present]
+        self.spelled = self._spelling(args, kwargs)
+
+    def difference(self, merged: tuple[tuple, dict], same_statics: bool) -> str:
+        """What a call (`merged`: its arguments with the hoisted ones) changed of the structure of
+        the call this layout was made from, for a bound function's error."""
+        (n, names), (was_n, was_names) = self._spelling(*merged), self.spelled
+        if (n, names) != (was_n, was_names):
+            return (
+                f"called with {n} positional argument(s) and keywords {list(names)} besides the hoisted "
+                f"ones, bound with {was_n} and {list(was_names)}"
+            )
+        return "other static values" if not same_statics else "another pytree structure"
+
+    def _spelling(self, args: tuple, kwargs: dict) -> tuple[int, tuple[str, ...]]:
+        """How a call passes the arguments besides the hoisted ones: how many by position, which by name."""
+        return len(args) - len(self.pos), tuple(sorted(k for k in kwargs if k not in self.names))
 
     def stand_ins(self, passed: tuple) -> dict[int | str, Any]:
         """Inside the main program's jit: the hoisted arguments by position or name, of the leaves
@@ -95,11 +111,11 @@ class Layout:
         def body(values: list, passed: tuple, *fast: Any, **fast_kw: Any) -> Any:
             merged = with_hoisted(fast, fast_kw, self.stand_ins(passed))
             if merged is None:
-                raise mismatch()  # fewer arguments than the signature's
+                raise mismatch(f"{len(fast)} positional arguments besides the bound ones: too few")
             dyn, st = opt._split(*merged)
             leaves, t = jax.tree_util.tree_flatten(dyn)
             if not compat.same_treedef(t, tree) or st != statics or len(leaves) != len(keys):
-                raise mismatch()
+                raise mismatch(self.difference(merged, st == statics))
             for i, x in zip(fill, passed, strict=True):
                 leaves[i] = x
             for i, x in enumerate(leaves):

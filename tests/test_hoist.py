@@ -178,6 +178,15 @@ def test_bind_fixes_the_hoisted_arguments_and_calls_through_one_jit():
     )
     with pytest.raises(jaxrw.InvalidOptionError, match="another structure, shape or dtype"):
         step(_x(42, n=5))
+    # what differs is named (a new user's try found only the shape case said so)
+    with pytest.raises(
+        jaxrw.InvalidOptionError,
+        match=r"called with 0 positional argument\(s\) and keywords "
+        r"\['x'\] besides the hoisted ones, bound with 1 and \[\]",
+    ):
+        step(x=x)
+    with pytest.raises(jaxrw.InvalidOptionError, match=r"\(another pytree structure\)"):
+        step((x,))
 
 
 def test_bind_with_keyword_hoisting_and_bad_uses():
