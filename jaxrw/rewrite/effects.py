@@ -2,16 +2,19 @@
 values they read become extra outputs of the program that is rewritten, and the rewritten
 program's function makes the same calls with those values after computing them.
 
-Only unordered debug effects, at the program's top level: jax promises no order among them or
-with the computation around them, so making them after it keeps every guarantee jax.jit gives.
-Any other effect (ordered prints, IO callbacks, a print inside a scan's body) keeps the program
-as written, as before (`encode` refuses it)."""
+Only unordered debug effects, at the program's top level or in nested jits (inlined, as the
+encoder inlines them): jax promises no order among them or with the computation around them, so
+making them after it keeps every guarantee jax.jit gives. Any other effect (ordered prints, IO
+callbacks, a print inside a scan's body or a checkpoint region) keeps the program as written, as
+before (`encode` refuses it)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import jax
 
 from .. import compat
 
@@ -58,12 +61,44 @@ class Callbacks:
         return result
 
 
+def _evaluate(jaxpr: Any, consts: list, args: list) -> list:
+    """`jaxpr` bound equation by equation, with the nested jits and closed calls that make debug
+    calls evaluated in place (their equations bound at this level), every other one bound whole."""
+    env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+
+    def read(v: Any) -> Any:
+        return v.val if compat.is_literal(v) else env[v]
+
+    for eqn in jaxpr.eqns:
+        ins = [read(v) for v in eqn.invars]
+        if eqn.effects and eqn.primitive.name in compat.ENCODER_INLINED:
+            body = compat.call_body(eqn)
+            outs = _evaluate(body.jaxpr, body.consts, ins)
+        else:
+            outs = compat.bind_equation(eqn.primitive, eqn.params, ins)
+        env.update((v, x) for v, x in zip(eqn.outvars, outs, strict=True) if not compat.is_dropvar(v))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _calls_inlined(closed: Any) -> Any:
+    """`closed` with the nested jits and closed calls that make debug calls inlined (traced
+    again), so those calls are at its top level: the encoder inlines such calls anyway. A
+    checkpoint region is no such call: it stays a region (and keeps its effect: a fallback)."""
+    if not any(e.effects and e.primitive.name in compat.ENCODER_INLINED for e in closed.jaxpr.eqns):
+        return closed
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
+    return jax.make_jaxpr(lambda *xs: _evaluate(closed.jaxpr, closed.consts, list(xs)))(*specs)
+
+
 def split_callbacks(closed: Any) -> tuple[Any, Callbacks] | None:
     """(`closed` without its debug calls and with their operands as extra outputs, the calls),
-    or None where it has another effect or one that is not a top-level debug call."""
-    jaxpr = closed.jaxpr
+    or None where it has another effect or one that is not a debug call at the top level or in
+    a nested jit."""
     if not closed.effects or not _unordered_debug(closed.effects):
         return None
+    closed = _calls_inlined(closed)
+    jaxpr = closed.jaxpr
     kept, calls = [], []
     for eqn in jaxpr.eqns:
         if not eqn.effects:
