@@ -219,7 +219,7 @@ class Optimized(Stages):
             install_hot(self, entry, key, args, kwargs, leaves)
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not compat.traced(leaves):
-            check_outputs(result, self._jitted(*args, **kwargs), fn_name(self.fn))
+            check_outputs(result, entry.expected(self._jitted, args, kwargs, leaves), fn_name(self.fn))
         return result
 
     def python_path_only(self) -> Optimized:
@@ -517,9 +517,7 @@ class Optimized(Stages):
                 chosen, why = choice.for_program(
                     mode, fn, specs, leaves, donate, profile, self.schedule_memory_slack, as_written
                 )
-                why = (
-                    "it makes jax.debug calls (auto times no such program)" if mode != self.schedule else why
-                )
+                why = why if mode == self.schedule else "it makes jax.debug calls (auto times none such)"
             except ScheduleUnavailableError:
                 raise  # schedule="streams" asked for where it cannot run: an invalid option here
             except Exception as e:  # noqa: BLE001 - never break the user's program
@@ -527,7 +525,8 @@ class Optimized(Stages):
                 return Entry(self._jitted, out_tree, report).fall_back(self._fall_back(err, e))
             report.schedule = f"{chosen.choice}: {why or chosen.reason}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
-            return Entry(chosen.fn, out_tree, report, trace=kept, fn=fn, schedule=chosen.choice)
+            kw = dict(trace=kept, fn=fn, schedule=chosen.choice, reference=result.reference)
+            return Entry(chosen.fn, out_tree, report, **kw)
         return Entry(call, out_tree, report, trace=kept)
 
 

@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -340,15 +340,6 @@ def _measure(opt: Any, args: tuple, kw: dict, samples: int) -> dict[str, dict[st
 # --- analysis --------------------------------------------------------------------------------
 
 
-def _walk(jaxpr: Any) -> Iterator[Any]:
-    """Equations in the encoder's order: inlined calls replaced by their bodies."""
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in compat.ENCODER_INLINED:
-            yield from _walk(compat.call_body(eqn).jaxpr)
-        else:
-            yield eqn
-
-
 def _eqn_text(eqn: Any) -> str:
     ins = ", ".join(v.aval.str_short() if hasattr(v, "aval") else str(v) for v in eqn.invars)
     outs = ", ".join(v.aval.str_short() for v in eqn.outvars)
@@ -418,20 +409,22 @@ def _rule_sites(program: Any, before: Any, rule: Any) -> set[str]:
 
 def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any, want_sites: bool) -> None:
     """Fill equations, rules, regions, costs and graphs of `ex`."""
-    from .rewrite.encode import encode
+    from .rewrite.effects import CALLBACK_PRIMITIVES, encoded_positions
+    from .rewrite.encode import encode, encoded_equations
     from .rewrite.extract import node_costs, reachable
     from .rewrite.graph import EGraphView, components
     from .rewrite.rules import RULES, select_rules
     from .rewrite.terms import analysis
 
-    if result.closed is not None:  # what was encoded (without jax.debug calls: rewrite/effects.py)
-        closed = result.closed
-    eqns = list(_walk(closed.jaxpr))
-    program = encode(closed)
+    encoded = result.closed or closed  # without its jax.debug calls (rewrite/effects.py)
+    eqns, eqns_encoded = list(encoded_equations(closed.jaxpr)), list(encoded_equations(encoded.jaxpr))
+    at = encoded_positions(eqns, eqns_encoded)  # numbered as the user's program has them
+    eqns, at = (eqns, at) if at is not None else (eqns_encoded, range(len(eqns_encoded)))
+    program = encode(encoded)
     program.egraph.run(analysis.saturate())
     raw = _raw(program.egraph)
     before = EGraphView.from_json(raw)
-    eqn_of = _order_classes(raw)  # before class -> equation
+    eqn_of = {c: at[i] for c, i in _order_classes(raw).items()}  # before class -> equation
     classes_of: dict[int, list[str]] = {}
     for c, i in eqn_of.items():
         classes_of.setdefault(i, []).append(c)
@@ -455,7 +448,7 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
     for i, eqn in enumerate(eqns):
         cs = classes_of.get(i, [])
         if not cs:
-            status = "shared"
+            status = "kept" if eqn.primitive.name in CALLBACK_PRIMITIVES else "shared"
         elif not any(c in live_before_set for c in cs):
             status = "unused"
         elif any(c not in nmap for c in cs):

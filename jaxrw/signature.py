@@ -163,6 +163,14 @@ class Entry:
     schedule: str = "xla"  # what runs it: "xla", or a schedule auto/streams chose (thunky.select)
     hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
     handed_off: bool = False  # hoisted, but its slow arrays changed on every call: jax.jit's program
+    reference: Callable[..., list] | None = None  # verify's, where jax.jit's makes jax.debug calls
+
+    def expected(self, jitted: Callable, args: tuple, kwargs: dict, leaves: list) -> Any:
+        """verify=True's reference outputs: jax.jit's, or for a program that makes jax.debug calls
+        those of the program as written without them (jax.jit's would make them a second time)."""
+        if self.reference is None:
+            return jitted(*args, **kwargs)
+        return jax.tree_util.tree_unflatten(self.out_tree, self.reference(*leaves))
 
     def fall_back(self, why: str) -> Entry:
         """This signature runs jax.jit from now on (`why`), and its report says so (once).

@@ -160,6 +160,32 @@ def test_calls_in_nested_jits_are_made_as_jax_jit_makes_them():
     assert jaxrw.optimize(f, strict=True).report(A, v).rewritten
 
 
+def test_verify_makes_each_call_once():
+    # its reference run was jax.jit's, which made the calls a second time (a review's repro)
+    log, f = _record(_chain)
+    A, B, v = jnp.eye(8) * 0.5, jnp.eye(8), jnp.ones((8, 2))
+    opt = jaxrw.optimize(f, verify=True)
+    for _ in range(3):
+        np.testing.assert_allclose(opt(A, B, v), A @ B @ B @ v, rtol=1e-6)
+    jax.effects_barrier()
+    assert len(log) == 6  # two callbacks, three calls
+
+
+def test_explain_numbers_equations_as_the_program_has_them():
+    def f(A, B, v):
+        jax.debug.print("bv {}", (B @ v).sum())
+        return 2.0 * (A @ B @ (B @ v))
+
+    rng = np.random.default_rng(0)
+    A, B = (jnp.asarray(rng.standard_normal((64, 64)), jnp.float32) for _ in range(2))
+    ex = jaxrw.explain(f, A, B, jnp.ones((64, 2)))
+    rows = [(e.index, e.primitive, e.status) for e in ex.equations]
+    traced = jax.make_jaxpr(f)(A, B, jnp.ones((64, 2))).jaxpr
+    assert [p for _, p, _ in rows] == [e.primitive.name for e in traced.eqns]
+    assert rows[2] == (2, "debug_print", "kept") and rows[-1][1:] == ("mul", "rewritten")
+    assert [i for i, _, _ in rows] == list(range(len(rows))) and ex.report["n_equations"] == len(rows)
+
+
 def _ordered(A, v):
     jax.debug.print("{}", A.sum(), ordered=True)
     return A @ A @ v

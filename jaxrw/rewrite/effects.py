@@ -10,6 +10,7 @@ before (`encode` refuses it)."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +19,9 @@ import jax
 
 from .. import compat
 
-__all__ = ["Callbacks", "split_callbacks"]
+__all__ = ["Callbacks", "encoded_positions", "split_callbacks"]
 
-# the primitives of jax.debug.print (jax 0.12; jax 0.11 binds debug_callback for it too)
+# the primitives of jax.debug.callback and jax.debug.print (jax 0.11 and 0.12)
 CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print"})
 
 
@@ -52,12 +53,16 @@ class Callbacks:
         with_callbacks.callbacks = len(self.eqns)  # type: ignore[attr-defined]
         return with_callbacks
 
-    def applied(self, result: Any) -> Any:
-        """`result` (a RewriteResult of the program without the calls) as the program's own: its
-        function makes the calls and returns the program's outputs alone."""
+    def applied(self, result: Any, pure: Any) -> Any:
+        """`result` (a RewriteResult of `pure`, the program without the calls) as the program's
+        own: its function makes the calls and returns the program's outputs alone, and its
+        `reference` is the program as written without them (verify=True compares with that:
+        jax.jit's run would make the calls a second time)."""
         if result.fn is not None:
             result.fn = self.wrap(result.fn)
         result.report.n_outputs = self.n_out
+        result.report.n_equations += len(self.eqns)
+        result.reference = jax.jit(lambda *xs: _evaluate(pure.jaxpr, pure.consts, list(xs))[: self.n_out])
         return result
 
 
@@ -124,3 +129,15 @@ def split_callbacks(closed: Any) -> tuple[Any, Callbacks] | None:
     pure = compat.jaxpr_with(jaxpr, kept, [*jaxpr.outvars, *extra])
     calls_out = Callbacks(tuple(calls), tuple(sources), len(jaxpr.outvars))
     return compat.ClosedJaxpr(pure, closed.consts), calls_out
+
+
+def encoded_positions(original: list, encoded: list) -> list[int] | None:
+    """Where each equation of the program encoded without its debug calls (`encoded`, calls
+    inlined as the encoder inlines them) sits among the original's (`original`, likewise): the
+    same sequence less the calls, so explain numbers equations as the user's program has them.
+    None where the sequences differ otherwise."""
+    if len(original) == len(encoded) and all(map(operator.is_, original, encoded)):
+        return list(range(len(original)))
+    kept = [i for i, e in enumerate(original) if e.primitive.name not in CALLBACK_PRIMITIVES]
+    same = [original[i].primitive.name for i in kept] == [e.primitive.name for e in encoded]
+    return kept if same else None

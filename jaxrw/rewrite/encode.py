@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ __all__ = [
     "DotSite",
     "encode",
     "count_equations",
+    "encoded_equations",
     "UNARY",
     "BINARY",
     "ELEMENTWISE_TYPED",
@@ -584,13 +586,18 @@ def _inlined_body(eqn: Any) -> Any:
     return compat.call_body(eqn) if eqn.primitive.name in compat.ENCODER_INLINED else None
 
 
-def count_equations(jaxpr: Any) -> int:
-    """The equations `encode` would see (nested jit/closed_call/remat bodies inlined), cheaply."""
-    n = 0
+def encoded_equations(jaxpr: Any) -> Iterator[Any]:
+    """The equations `encode` sees, in its order: nested jit/closed_call bodies inlined."""
     for eqn in jaxpr.eqns:
-        inlined = eqn.primitive.name in compat.ENCODER_INLINED
-        n += count_equations(compat.call_body(eqn).jaxpr) if inlined else 1
-    return n
+        if eqn.primitive.name in compat.ENCODER_INLINED:
+            yield from encoded_equations(compat.call_body(eqn).jaxpr)
+        else:
+            yield eqn
+
+
+def count_equations(jaxpr: Any) -> int:
+    """How many equations `encode` would see, cheaply (no e-graph)."""
+    return sum(1 for _ in encoded_equations(jaxpr))
 
 
 def params_json(params: dict) -> str:

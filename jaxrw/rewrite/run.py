@@ -222,6 +222,8 @@ class RewriteResult:
     closed: Any = None  # the program rewritten (a closed jaxpr)
     # the control-flow bodies rewritten within it, each named by where it is (control.py)
     bodies: list[tuple[str, RewriteResult]] = field(default_factory=list)
+    # the program as written without its jax.debug calls, for verify=True (rewrite/effects.py)
+    reference: Callable[..., list[Any]] | None = None
 
 
 def _stage(name: str, fn: Callable, *args: Any, **kw: Any) -> Any:
@@ -382,7 +384,7 @@ def rewrite_jaxpr(
             _exact_note=_exact_note,
             _deadline=_deadline,
         )
-        return calls.applied(result)
+        return calls.applied(result, pure)
     deadline = time.perf_counter() + limits.time_s if _deadline is None else _deadline
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
