@@ -1,6 +1,7 @@
 """Programs with jax.debug calls (rewrite/effects.py): the rest of the program is rewritten, each
-call is made once per call of the function, with the values jax.jit's program gives it, and
-programs with other effects are still kept as written (a fallback, or JaxrwError under strict)."""
+call is made once per call of the function, with the values jax.jit's program gives it (ordered
+ones in their order), and calls inside loop or checkpoint bodies still keep the program as
+written (a fallback, or JaxrwError under strict)."""
 
 from __future__ import annotations
 
@@ -160,6 +161,27 @@ def test_calls_in_nested_jits_are_made_as_jax_jit_makes_them():
     assert jaxrw.optimize(f, strict=True).report(A, v).rewritten
 
 
+def test_ordered_calls_keep_their_order_across_calls():
+    def build(log):
+        def f(A, v):
+            for k in range(5):
+                jax.debug.callback(lambda s, k=k: log.append((k, float(s))), (k * A).sum(), ordered=True)
+            return A @ A @ v
+
+        return f
+
+    A = jnp.asarray(np.random.default_rng(3).standard_normal((32, 32)), jnp.float32)
+    v = jnp.ones((32, 2))
+    log, f = _record(build)
+    opt = jaxrw.optimize(f, strict=True)
+    for _ in range(3):
+        opt(A, v)
+    jax.effects_barrier()
+    assert [k for k, _ in log] == list(range(5)) * 3
+    np.testing.assert_allclose([s for _, s in log[:5]], [k * float(A.sum()) for k in range(5)], rtol=1e-5)
+    assert opt.report(A, v).rewritten
+
+
 def test_verify_makes_each_call_once():
     # its reference run was jax.jit's, which made the calls a second time (a review's repro)
     log, f = _record(_chain)
@@ -186,11 +208,6 @@ def test_explain_numbers_equations_as_the_program_has_them():
     assert [i for i, _, _ in rows] == list(range(len(rows))) and ex.report["n_equations"] == len(rows)
 
 
-def _ordered(A, v):
-    jax.debug.print("{}", A.sum(), ordered=True)
-    return A @ A @ v
-
-
 def _in_a_scan(A, v):
     def body(c, _):
         jax.debug.print("{}", c.sum())
@@ -208,7 +225,7 @@ def _in_a_checkpoint(A, v):
     return g(A) @ v
 
 
-@pytest.mark.parametrize("fn", [_ordered, _in_a_scan, _in_a_checkpoint])
+@pytest.mark.parametrize("fn", [_in_a_scan, _in_a_checkpoint])
 def test_other_effects_keep_the_program_as_written(fn):
     A, v = jnp.eye(4), jnp.ones((4, 1))
     with pytest.raises(UnsupportedProgramError, match="side effects are not rewritten"):

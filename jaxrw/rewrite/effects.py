@@ -1,12 +1,15 @@
 """Programs that call `jax.debug.print` or `jax.debug.callback`: the calls are taken out, the
 values they read become extra outputs of the program that is rewritten, and the rewritten
-program's function makes the same calls with those values after computing them.
+program's function makes the same calls with those values after computing them, in the
+program's order.
 
-Only unordered debug effects, at the program's top level or in nested jits (inlined, as the
-encoder inlines them): jax promises no order among them or with the computation around them, so
-making them after it keeps every guarantee jax.jit gives. Any other effect (ordered prints, IO
-callbacks, a print inside a scan's body or a checkpoint region) keeps the program as written, as
-before (`encode` refuses it)."""
+Only debug calls, at the program's top level or in nested jits (inlined, as the encoder inlines
+them). The calls read values and return none, so making them after the computation changes
+nothing jax promises: unordered ones have no order; ordered ones (`ordered=True`) keep theirs
+among themselves, as they are made in program order and jax threads its token through them
+across calls. Any other effect (IO callbacks, a debug call inside a scan's body or a checkpoint
+region) keeps the program as written, as before (`encode` refuses it).
+"""
 
 from __future__ import annotations
 
@@ -25,8 +28,9 @@ __all__ = ["Callbacks", "encoded_positions", "split_callbacks"]
 CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print"})
 
 
-def _unordered_debug(effects: Any) -> bool:
-    return all(type(e).__name__ == "DebugEffect" for e in effects)
+def _debug_only(effects: Any) -> bool:
+    """Whether every effect is a jax.debug call's (`ordered=True` or not)."""
+    return all(type(e).__name__ in ("DebugEffect", "OrderedDebugEffect") for e in effects)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def split_callbacks(closed: Any) -> tuple[Any, Callbacks] | None:
     """(`closed` without its debug calls and with their operands as extra outputs, the calls),
     or None where it has another effect or one that is not a debug call at the top level or in
     a nested jit."""
-    if not closed.effects or not _unordered_debug(closed.effects):
+    if not closed.effects or not _debug_only(closed.effects):
         return None
     closed = _calls_inlined(closed)
     jaxpr = closed.jaxpr
@@ -108,7 +112,7 @@ def split_callbacks(closed: Any) -> tuple[Any, Callbacks] | None:
     for eqn in jaxpr.eqns:
         if not eqn.effects:
             kept.append(eqn)
-        elif eqn.primitive.name in CALLBACK_PRIMITIVES and not eqn.outvars and _unordered_debug(eqn.effects):
+        elif eqn.primitive.name in CALLBACK_PRIMITIVES and not eqn.outvars and _debug_only(eqn.effects):
             calls.append(eqn)
         else:  # a call or loop whose body has the effect: not taken apart here
             return None
