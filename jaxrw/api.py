@@ -20,8 +20,8 @@ from typing import Any
 
 import jax
 
-from . import compat, hoist
-from .errors import InvalidOptionError, JaxrwError, RewriteStageError
+from . import compat, hoist, signature
+from .errors import InvalidOptionError, JaxrwError, RewriteStageError, raised_in_a_callback
 from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, handoff_schedule, install_hot, slow_leaves
 from .logs import fn_name, warn_user
 from .options import both_spellings, checked_options, disabled, hoisted_arguments, resolve_argnums
@@ -341,6 +341,8 @@ class Optimized(Stages):
         """The inlined program failed to trace, compile or run. If jax.jit of the function fails on
         the same arguments, they are at fault: its error propagates. Otherwise jaxrw is: fall back
         to jax.jit from now on with one warning (or raise under strict)."""
+        if raised_in_a_callback(e):  # before any change of state: the next call is as this one
+            raise e
         self._leave_jit()
         self._check_arguments(args, kwargs)
         want = self._jitted(*args, **kwargs)
@@ -367,6 +369,8 @@ class Optimized(Stages):
         """The built program failed on its first call. jax.jit runs the same arguments first: if it
         fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
         fall back with one warning (compile stage), or raise under strict."""
+        if raised_in_a_callback(e):
+            raise e
         want = self._jitted(*args, **kwargs)
         entry.fall_back(self._fall_back(RewriteStageError("compile", e), e))
         return want
@@ -434,18 +438,8 @@ class Optimized(Stages):
         return (dyn_args, dyn_kwargs), (*statics, *trace_config())
 
     def _flat_fn(self, args: tuple, kwargs: dict, in_tree: Any) -> Callable:
-        # only the static values are kept: the program must not hold the call's arrays (or tracers)
-        static_args = {i: args[i] for i in self.static_argnums if i < len(args)}
-        static_kw = {k: v for k, v in kwargs.items() if k in self.static_argnames}
-        n, names, fn = len(args), list(kwargs), self.fn
-
-        def flat(*leaves: Any) -> Any:
-            dyn_args, dyn_kwargs = jax.tree_util.tree_unflatten(in_tree, leaves)
-            it = iter(dyn_args)
-            full = [static_args[i] if i in static_args else next(it) for i in range(n)]
-            return fn(*full, **{k: static_kw[k] if k in static_kw else dyn_kwargs[k] for k in names})
-
-        return flat
+        statics = (self.static_argnums, self.static_argnames)
+        return signature.flat_function(self.fn, *statics, args, kwargs, in_tree)
 
     def _build(self, args, kwargs, dyn, statics, leaves, in_tree) -> Entry:
         self.traces += 1
@@ -493,9 +487,9 @@ class Optimized(Stages):
         report = result.report
         log.debug("jaxrw %s: %r", fn_name(self.fn), report)
         kept = (closed, result, profile) if self._keep else None
-        # under verify, jax.jit's reference run after the program is the one that donates
-        donors = () if self.verify else self.donors
-        donate = tuple(i for i, o in enumerate(owners) if o in donors)
+        # under verify, the reference run after the program is the one that donates
+        donated = tuple(i for i, o in enumerate(owners) if o in self.donors)
+        donate = () if self.verify else donated
         hoisted = getattr(result.fn, "hoisted", None)
         from .schedule import ScheduleUnavailableError, choice
 
@@ -525,7 +519,8 @@ class Optimized(Stages):
                 return Entry(self._jitted, out_tree, report).fall_back(self._fall_back(err, e))
             report.schedule = f"{chosen.choice}: {why or chosen.reason}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
-            kw = dict(trace=kept, fn=fn, schedule=chosen.choice, reference=result.reference)
+            reference = result.reference and jax.jit(result.reference, donate_argnums=donated)
+            kw = dict(trace=kept, fn=fn, schedule=chosen.choice, reference=reference)
             return Entry(chosen.fn, out_tree, report, **kw)
         return Entry(call, out_tree, report, trace=kept)
 

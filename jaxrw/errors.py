@@ -108,3 +108,10 @@ def check_fraction(option: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
         raise InvalidOptionError(f"{option} must be a number in [0, 1]; got {v!r}")
     return float(v)
+
+
+def raised_in_a_callback(e: BaseException) -> bool:
+    """Whether `e` is a host callback's own error (a jax.debug.callback that raised, as an
+    assertion does): the program compiled and ran up to it, so it is the user's error, as jax.jit
+    raises it, and running jax.jit to place the fault would make every call a second time."""
+    return type(e).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "Callback error" in str(e)

@@ -186,3 +186,22 @@ def as_written(entry: Entry) -> bool:
     guard, fallen back, or handed off (hoisting)."""
     original = entry.fallback is not None or entry.handed_off or not entry.report.rewritten
     return original and entry.schedule == "xla"
+
+
+def flat_function(
+    fn: Callable, static_argnums: tuple, static_argnames: tuple, args: tuple, kwargs: dict, in_tree: Any
+) -> Callable:
+    """`fn` as a function of a call's flat dynamic leaves (`in_tree`'s), the call's static values
+    put back in place: what a signature traces. Only the static values are kept: the program must
+    not hold the call's arrays (or tracers)."""
+    static_args = {i: args[i] for i in static_argnums if i < len(args)}
+    static_kw = {k: v for k, v in kwargs.items() if k in static_argnames}
+    n, names = len(args), list(kwargs)
+
+    def flat(*leaves: Any) -> Any:
+        dyn_args, dyn_kwargs = jax.tree_util.tree_unflatten(in_tree, leaves)
+        it = iter(dyn_args)
+        full = [static_args[i] if i in static_args else next(it) for i in range(n)]
+        return fn(*full, **{k: static_kw[k] if k in static_kw else dyn_kwargs[k] for k in names})
+
+    return flat

@@ -193,6 +193,63 @@ def test_verify_makes_each_call_once():
     assert len(log) == 6  # two callbacks, three calls
 
 
+def _asserting(calls, fails):
+    def check(x):  # a user's assertion made from the program
+        calls.append(float(x))
+        if fails(calls):
+            raise ValueError("negative sum")
+
+    def f(A, v):
+        jax.debug.callback(check, v.sum())
+        return A @ A @ v
+
+    return f
+
+
+@pytest.mark.parametrize("opts", [{}, {"verify": True}], ids=["plain", "verify"])
+def test_a_callback_that_raises_raises_as_under_jax_jit_once(opts):
+    # jaxrw ran jax.jit again to place the fault: every call made twice (a review's repro)
+    calls: list = []
+    A, v = jnp.ones((16, 16)), -jnp.ones((16, 2))
+    for wrap in (jax.jit, lambda f: jaxrw.optimize(f, strict=True, **opts)):
+        calls.clear()
+        g = wrap(_asserting(calls, lambda c: c[-1] < 0))
+        for _ in range(2):
+            with pytest.raises(Exception, match="negative sum") as got:
+                jax.block_until_ready(g(A, v))
+            assert not isinstance(got.value, jaxrw.JaxrwError)
+        jax.effects_barrier()
+        assert len(calls) == 2
+
+
+def test_a_callback_that_raises_once_leaves_the_rewrite_in_place():
+    calls: list = []
+    A, v = jnp.ones((64, 64)) / 64, jnp.ones((64, 2))  # large enough for the rewrite to pay
+    opt = jaxrw.optimize(_asserting(calls, lambda c: len(c) == 1), strict=True)
+    with pytest.raises(Exception, match="negative sum"):
+        jax.block_until_ready(opt(A, v))
+    np.testing.assert_allclose(opt(A, v), A @ A @ v, rtol=1e-6)
+    jax.effects_barrier()
+    assert len(calls) == 2 and opt.report(A, v).rewritten and not opt.report(A, v).fallback
+
+
+def test_verify_donates_what_jax_jit_donates():
+    # the reference without the calls took no donation options (a review's repro)
+    def f(A, v):
+        jax.debug.print("sum {}", v.sum())
+        return A @ A @ v + 1.0
+
+    for wrap in (
+        lambda h: jax.jit(h, donate_argnums=1),
+        lambda h: jaxrw.optimize(h, donate_argnums=1, verify=True),
+    ):
+        A, v = jnp.ones((16, 16)), jnp.ones((16, 16))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+            jax.block_until_ready(wrap(f)(A, v))
+        assert v.is_deleted()
+
+
 def test_explain_numbers_equations_as_the_program_has_them():
     def f(A, B, v):
         jax.debug.print("bv {}", (B @ v).sum())

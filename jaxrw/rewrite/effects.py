@@ -66,7 +66,7 @@ class Callbacks:
             result.fn = self.wrap(result.fn)
         result.report.n_outputs = self.n_out
         result.report.n_equations += len(self.eqns)
-        result.reference = jax.jit(lambda *xs: _evaluate(pure.jaxpr, pure.consts, list(xs))[: self.n_out])
+        result.reference = lambda *xs: _evaluate(pure.jaxpr, pure.consts, list(xs))[: self.n_out]
         return result
 
 
