@@ -341,8 +341,8 @@ class Optimized(Stages):
         """The inlined program failed to trace, compile or run. If jax.jit of the function fails on
         the same arguments, they are at fault: its error propagates. Otherwise jaxrw is: fall back
         to jax.jit from now on with one warning (or raise under strict)."""
-        if raised_in_a_callback(e):  # before any change of state: the next call is as this one
-            raise e
+        if raised_in_a_callback(e) and any(x.reference is not None for x in self._cache.values()):
+            raise e  # a user's jax.debug call (rewrite/effects.py), before any change of state
         self._leave_jit()
         self._check_arguments(args, kwargs)
         want = self._jitted(*args, **kwargs)
@@ -369,7 +369,7 @@ class Optimized(Stages):
         """The built program failed on its first call. jax.jit runs the same arguments first: if it
         fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
         fall back with one warning (compile stage), or raise under strict."""
-        if raised_in_a_callback(e):
+        if entry.reference is not None and raised_in_a_callback(e):  # the user's jax.debug call
             raise e
         want = self._jitted(*args, **kwargs)
         entry.fall_back(self._fall_back(RewriteStageError("compile", e), e))

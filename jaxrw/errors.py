@@ -111,7 +111,8 @@ def check_fraction(option: str, v: Any) -> float:
 
 
 def raised_in_a_callback(e: BaseException) -> bool:
-    """Whether `e` is a host callback's own error (a jax.debug.callback that raised, as an
-    assertion does): the program compiled and ran up to it, so it is the user's error, as jax.jit
-    raises it, and running jax.jit to place the fault would make every call a second time."""
+    """Whether `e` is a host callback's own error (in a program that makes jax.debug calls: one
+    that raised, as an assertion does). The program compiled and ran up to it, so the error is
+    the user's, as jax.jit raises it; running jax.jit to place the fault would make every call a
+    second time."""
     return type(e).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "Callback error" in str(e)
