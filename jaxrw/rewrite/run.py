@@ -366,26 +366,23 @@ def rewrite_jaxpr(
     `limits.time_s` bounds the signature's saturation as a whole: control-flow bodies and a rerun
     (exact rules only, or nothing hoisted) take what is left of it (`_deadline`)."""
     limits = limits or Limits()
+    deadline = time.perf_counter() + limits.time_s if _deadline is None else _deadline
+    # the options a nested or repeated run shares with this one
+    same = dict(
+        rules=rules,
+        cost_model=cost_model,
+        profile=profile,
+        extractor=extractor,
+        limits=limits,
+        numerics=numerics,
+        max_hoist_bytes=max_hoist_bytes,
+        _deadline=deadline,
+    )
     if closed.effects and (split := split_callbacks(closed)) is not None:  # jax.debug.print
         pure, calls = split
         why = "not hoisted: the function makes jax.debug calls (print, callback)" if slow else _note
-        result = rewrite_jaxpr(
-            pure,
-            rules=rules,
-            cost_model=cost_model,
-            profile=profile,
-            extractor=extractor,
-            limits=limits,
-            numerics=numerics,
-            force=force,
-            max_hoist_bytes=max_hoist_bytes,
-            control_flow=control_flow,
-            _note=why,
-            _exact_note=_exact_note,
-            _deadline=_deadline,
-        )
-        return calls.applied(result, pure)
-    deadline = time.perf_counter() + limits.time_s if _deadline is None else _deadline
+        kw = dict(force=force, control_flow=control_flow, _note=why, _exact_note=_exact_note)
+        return calls.applied(rewrite_jaxpr(pure, **same, **kw), pure)
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
@@ -410,17 +407,6 @@ def rewrite_jaxpr(
         return RewriteResult(None, report, None, closed=closed)
     t = time.perf_counter()
     hook, bodies = None, []
-    # the options a nested or repeated run shares with this one
-    same = dict(
-        rules=rules,
-        cost_model=cost_model,
-        profile=profile,
-        extractor=extractor,
-        limits=limits,
-        numerics=numerics,
-        max_hoist_bytes=max_hoist_bytes,
-        _deadline=deadline,
-    )
     # the same program again, with other options (exact rules only, or nothing hoisted)
     again = functools.partial(
         rewrite_jaxpr, closed, force=force, control_flow=control_flow, cone_outputs=cone_outputs
