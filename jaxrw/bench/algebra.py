@@ -6,6 +6,7 @@ Sizes: `small` fits a 2-core CPU in milliseconds; `large` is sized for an H200 (
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from .case import Instance, Rand, pick, register
@@ -38,6 +39,28 @@ def chain_mv(size: str, dtype: str) -> Instance:
     """(A@B)@v as written: an n³ product where A@(B@v) needs two thin ones."""
     n, args = _square(size, dtype, 2, thin=pick(size, 4, 16))
     return Instance(lambda A, B, v: (A @ B) @ v, args, hand=lambda A, B, v: A @ (B @ v), shape=f"n={n}")
+
+
+def _watch(x) -> None:
+    """A monitoring hook, as training scripts keep one (logging a norm, checking for NaN): here it
+    only receives the value."""
+
+
+def _hooked(chain):
+    def fn(A, B, v):
+        jax.debug.callback(_watch, jnp.sum(v * v))
+        return chain(A, B, v)
+
+    return fn
+
+
+@register("algebra")
+def chain_mv_hooked(size: str, dtype: str) -> Instance:
+    """chain_mv with a jax.debug.callback hook: the whole function fell back to jax.jit before the
+    calls were taken out of the rewritten program (rewrite/effects.py)."""
+    n, args = _square(size, dtype, 2, thin=pick(size, 4, 16))
+    as_written, hand = _hooked(lambda A, B, v: (A @ B) @ v), _hooked(lambda A, B, v: A @ (B @ v))
+    return Instance(as_written, args, hand=hand, shape=f"n={n}")
 
 
 @register("algebra")
