@@ -54,7 +54,6 @@ class Callbacks:
                 compat.bind_equation(eqn.primitive, eqn.params, vals)
             return outs[: self.n_out]
 
-        with_callbacks.callbacks = len(self.eqns)  # type: ignore[attr-defined]
         return with_callbacks
 
     def applied(self, result: Any, pure: Any) -> Any:
