@@ -54,14 +54,15 @@ def bind_equation(prim: Any, params: dict, args: list) -> list:
 
 
 def jaxpr_with(jaxpr: Any, eqns: list, outvars: list) -> Any:
-    """`jaxpr` with other equations and outputs and no effects (what is left is pure: the
-    caller took the effectful equations out); its debug info names each added output, as jax's
-    checks ask one path per output."""
+    """`jaxpr` with other equations and outputs, and the effects of those equations alone (the
+    caller took the debug calls out; loops that make some may stay); its debug info names each
+    added output, as jax's checks ask one path per output."""
     info = jaxpr.debug_info
     paths = getattr(info, "result_paths", None)
     if isinstance(paths, tuple) and len(paths) == len(jaxpr.outvars) <= len(outvars):
         info = info._replace(result_paths=(*paths, *["debug callback value"] * (len(outvars) - len(paths))))
-    return jaxpr.replace(eqns=eqns, outvars=outvars, effects=set(), debug_info=info)
+    effects = frozenset().union(*(e.effects for e in eqns))
+    return jaxpr.replace(eqns=eqns, outvars=outvars, effects=effects, debug_info=info)
 
 
 def is_literal(x: Any) -> bool:

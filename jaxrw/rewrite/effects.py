@@ -7,8 +7,18 @@ Only debug calls, at the program's top level or in nested jits (inlined, as the 
 them). The calls read values and return none, so making them after the computation changes
 nothing jax promises: unordered ones have no order; ordered ones (`ordered=True`) keep theirs
 among themselves, as they are made in program order and jax threads its token through them
-across calls. Any other effect (IO callbacks, a debug call inside a scan's body or a checkpoint
-region) keeps the program as written, as before (`encode` refuses it).
+across calls.
+
+A scan, while or cond whose body makes debug calls stays in the program that is rewritten, as
+an opaque equation (a term of its own: never merged with an identical one), and one of its
+outputs becomes a hidden output of that program too, so extraction never drops it however its
+results are used (`run.py` checks that the chosen program binds it exactly once). Its body is
+rewritten as any program (control.py, through rewrite_jaxpr): its own calls are taken out and
+made again at the end of the rewritten body. Ordered calls: at most one such equation with
+ordered ones per program, and no ordered call taken out before it (those are made after it).
+Any other effect (IO callbacks, a debug call in a checkpoint region or a custom_jvp function, a
+cond without outputs) keeps the program as written, as before (`encode` refuses it; in a loop's
+body, the body is kept as written).
 """
 
 from __future__ import annotations
@@ -21,8 +31,9 @@ from typing import Any
 import jax
 
 from .. import compat
+from .control import LOOP_PRIMITIVES
 
-__all__ = ["Callbacks", "encoded_positions", "split_callbacks"]
+__all__ = ["Callbacks", "bound_once", "encoded_positions", "loops_only", "split_callbacks"]
 
 # the primitives of jax.debug.callback and jax.debug.print (jax 0.11 and 0.12)
 CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print"})
@@ -31,6 +42,41 @@ CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print"})
 def _debug_only(effects: Any) -> bool:
     """Whether every effect is a jax.debug call's (`ordered=True` or not)."""
     return all(type(e).__name__ in ("DebugEffect", "OrderedDebugEffect") for e in effects)
+
+
+def _ordered(effects: Any) -> bool:
+    return any(type(e).__name__ == "OrderedDebugEffect" for e in effects)
+
+
+def loops_only(closed: Any) -> bool:
+    """Whether every effect of `closed` is a debug call's made in the body of a scan, while or
+    cond at its top level, each of which has an output among the program's (so extraction keeps
+    it), at most one of them with ordered calls: the form `split_callbacks` leaves, which the
+    encoder accepts."""
+    if not _debug_only(closed.effects):
+        return False
+    outs = {v for v in closed.jaxpr.outvars if not compat.is_literal(v)}
+    ordered = 0
+    for eqn in closed.jaxpr.eqns:
+        if not eqn.effects:
+            continue
+        if eqn.primitive.name not in LOOP_PRIMITIVES or not _debug_only(eqn.effects):
+            return False
+        if not outs.intersection(eqn.outvars):
+            return False
+        ordered += _ordered(eqn.effects)
+    return ordered <= 1
+
+
+def bound_once(program: Any, nodes: list[Any]) -> bool:
+    """Whether the chosen program (`nodes`: the e-nodes its classes chose) binds each of
+    `program`'s equations that have effects exactly once: an opaque node of it is chosen, and
+    all of them read the same operands (decode binds an equation once per operand values)."""
+    reads: dict[int, set] = {i: set() for i, e in enumerate(program.eqns) if e.effects}
+    for n in nodes:
+        if n.op == "opaque" and n.attrs[0] in reads:
+            reads[n.attrs[0]].add(n.children)
+    return all(len(r) == 1 for r in reads.values())
 
 
 @dataclass(frozen=True)
@@ -65,8 +111,32 @@ class Callbacks:
             result.fn = self.wrap(result.fn)
         result.report.n_outputs = self.n_out
         result.report.n_equations += len(self.eqns)
-        result.reference = lambda *xs: _evaluate(pure.jaxpr, pure.consts, list(xs))[: self.n_out]
+        stripped = _without_calls(pure.jaxpr)  # the calls in loop bodies too: made once, by fn
+        result.reference = lambda *xs: _evaluate(stripped, pure.consts, list(xs))[: self.n_out]
         return result
+
+
+def _without_calls(jaxpr: Any) -> Any:
+    """`jaxpr` without its debug calls, at any depth (the bodies of loops, conds, calls,
+    checkpoint regions and custom_jvp/vjp primal functions): the same values, no effects."""
+    eqns = []
+    for eqn in jaxpr.eqns:
+        if not eqn.effects:
+            eqns.append(eqn)
+        elif eqn.primitive.name not in CALLBACK_PRIMITIVES:
+            params = {k: _param_without_calls(v) for k, v in eqn.params.items()}
+            eqns.append(eqn.replace(params=params, effects=frozenset()))
+    return jaxpr.replace(eqns=eqns, effects=frozenset())
+
+
+def _param_without_calls(p: Any) -> Any:
+    if isinstance(p, compat.ClosedJaxpr):
+        return compat.ClosedJaxpr(_without_calls(p.jaxpr), p.consts)
+    if isinstance(p, compat.Jaxpr):
+        return _without_calls(p)
+    if isinstance(p, tuple) and any(isinstance(x, compat.ClosedJaxpr | compat.Jaxpr) for x in p):
+        return tuple(map(_param_without_calls, p))  # cond's branches
+    return p
 
 
 def _evaluate(jaxpr: Any, consts: list, args: list) -> list:
@@ -100,20 +170,34 @@ def _calls_inlined(closed: Any) -> Any:
 
 
 def split_callbacks(closed: Any) -> tuple[Any, Callbacks] | None:
-    """(`closed` without its debug calls and with their operands as extra outputs, the calls),
-    or None where it has another effect or one that is not a debug call at the top level or in
-    a nested jit."""
+    """(`closed` without its top-level debug calls, with their operands and then one output of
+    each loop or cond whose body makes calls as extra outputs, the calls), or None where it has
+    another effect, a call elsewhere (a checkpoint region), a cond or loop with no output, or
+    ordered calls whose order this would change (see the module's docstring)."""
     if not closed.effects or not _debug_only(closed.effects):
         return None
     closed = _calls_inlined(closed)
     jaxpr = closed.jaxpr
-    kept, calls = [], []
-    for eqn in jaxpr.eqns:
+    kept, calls, anchors = [], [], []
+    first_ordered_call = ordered_loop = None
+    for i, eqn in enumerate(jaxpr.eqns):
         if not eqn.effects:
             kept.append(eqn)
         elif eqn.primitive.name in CALLBACK_PRIMITIVES and not eqn.outvars and _debug_only(eqn.effects):
             calls.append(eqn)
-        else:  # a call or loop whose body has the effect: not taken apart here
+            if _ordered(eqn.effects) and first_ordered_call is None:
+                first_ordered_call = i
+        elif eqn.primitive.name in LOOP_PRIMITIVES and _debug_only(eqn.effects):
+            outs = [v for v in eqn.outvars if not compat.is_dropvar(v)]
+            if not outs:  # nothing to keep it by: extraction would drop it
+                return None
+            if _ordered(eqn.effects):
+                if ordered_loop is not None or first_ordered_call is not None:
+                    return None  # two (decode may swap them), or one after an ordered call
+                ordered_loop = i
+            kept.append(eqn)
+            anchors.append(outs[0])
+        else:  # a call whose body has the effect (a checkpoint region): not taken apart here
             return None
     extra: list[Any] = []
     where: dict[Any, int] = {}
@@ -129,7 +213,8 @@ def split_callbacks(closed: Any) -> tuple[Any, Callbacks] | None:
                 extra.append(v)
             got.append(("out", where[v]))
         sources.append(tuple(got))
-    pure = compat.jaxpr_with(jaxpr, kept, [*jaxpr.outvars, *extra])
+    # the loops' hidden outputs follow the calls' values (Callbacks.wrap returns neither)
+    pure = compat.jaxpr_with(jaxpr, kept, [*jaxpr.outvars, *extra, *anchors])
     calls_out = Callbacks(tuple(calls), tuple(sources), len(jaxpr.outvars))
     return compat.ClosedJaxpr(pure, closed.consts), calls_out
 

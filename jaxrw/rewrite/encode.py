@@ -22,6 +22,7 @@ from egglog import EGraph
 from .. import compat
 from ..errors import UnsupportedProgramError
 from . import nonfinite
+from .effects import loops_only
 from .egg_source import EggSource, Str, Sym, Vec, ivec, ref_of
 from .terms import (
     DEFAULT_CFG,
@@ -509,11 +510,12 @@ def _freeze(x: Any) -> Any:
 
 
 def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = frozenset()) -> Program:
-    """Load a ClosedJaxpr into a fresh e-graph; raise UnsupportedProgramError for effects.
+    """Load a ClosedJaxpr into a fresh e-graph; raise UnsupportedProgramError for effects other
+    than debug calls in the bodies of loops and conds that are outputs (effects.loops_only).
     `body_hook(eqn, out_cone)` may supply a replacement for an opaque equation (see control.py);
     `out_cone` says which of its outputs reach a saturating op (nonfinite.py), as `cone_outputs`
     says of this program's outputs where it is a body itself."""
-    if closed.effects:
+    if closed.effects and not loops_only(closed):
         names = sorted({type(e).__name__ for e in closed.effects})
         if names == ["NamedAxisEffect"]:  # not a side effect, but the axis is bound outside this trace
             raise UnsupportedProgramError(

@@ -25,9 +25,9 @@ from egglog import run as run_schedule
 from ..errors import Interrupt, InvalidOptionError, JaxrwError, RewriteStageError
 from .cost import CostModel, get_cost_model, speedup
 from .decode import decode
-from .effects import split_callbacks
+from .effects import bound_once, split_callbacks
 from .encode import Program, count_equations, encode
-from .extract import Extraction, get_extractor, node_costs
+from .extract import Extraction, get_extractor, node_costs, reachable
 from .graph import EGraphView
 from .nonfinite import cone, exact_dtype, saturating_name, touched, unsafe_classes
 from .profiles import Profile
@@ -52,6 +52,7 @@ class StopReason(enum.Enum):
     NO_RULES = "no rules"
     SIZE_LIMIT = "size limit"  # the program has more equations than limits.equations: not encoded
     ZERO_SIZE = "zero-size arrays"  # a value has no elements: kept as written (see rewrite_jaxpr)
+    EFFECTS = "side effects"  # a body whose effects are not taken apart (rewrite/effects.py): kept
     FAILED = "failed"  # optimize raised before a program was chosen: jax.jit runs (report.fallback)
 
 
@@ -355,6 +356,8 @@ def rewrite_jaxpr(
     _note: str = "",
     _exact_note: str = "",
     _deadline: float | None = None,
+    _split: bool = False,
+    _body: bool = False,
 ) -> RewriteResult:
     """Optimize one ClosedJaxpr. `force=True` skips the guard (for tests and measured top-k).
 
@@ -364,7 +367,10 @@ def rewrite_jaxpr(
     `control_flow` rewrites the bodies of scan/while/cond too (recursively, see control.py).
     `cone_outputs`: outputs that reach a saturating op outside (a body's; nonfinite.py).
     `limits.time_s` bounds the signature's saturation as a whole: control-flow bodies and a rerun
-    (exact rules only, or nothing hoisted) take what is left of it (`_deadline`)."""
+    (exact rules only, or nothing hoisted) take what is left of it (`_deadline`).
+    `_split`: `closed` is a program whose jax.debug calls were taken out (loops that make some
+    stay: it still has effects, and is not split again); `_body`: a control-flow body, kept as
+    written where its calls cannot be taken out (as the whole program falls back)."""
     limits = limits or Limits()
     deadline = time.perf_counter() + limits.time_s if _deadline is None else _deadline
     # the options a nested or repeated run shares with this one
@@ -378,11 +384,12 @@ def rewrite_jaxpr(
         max_hoist_bytes=max_hoist_bytes,
         _deadline=deadline,
     )
-    if closed.effects and (split := split_callbacks(closed)) is not None:  # jax.debug.print
+    split = split_callbacks(closed) if closed.effects and not _split else None  # jax.debug.print
+    if split is not None:
         pure, calls = split
         why = "not hoisted: the function makes jax.debug calls (print, callback)" if slow else _note
         kw = dict(force=force, control_flow=control_flow, _note=why, _exact_note=_exact_note)
-        return calls.applied(rewrite_jaxpr(pure, **same, **kw), pure)
+        return calls.applied(rewrite_jaxpr(pure, **same, **kw, _split=True), pure)
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
@@ -397,6 +404,8 @@ def rewrite_jaxpr(
             StopReason.TIME_LIMIT,
             f"limits.time_s {limits.time_s:g} s spent before this program: kept as written",
         )
+    elif _body and closed.effects and not _split:  # split_callbacks could not take them apart
+        kept = StopReason.EFFECTS, "its effects are not taken apart (rewrite/effects.py): kept as written"
     elif _has_zero_size(closed.jaxpr):
         # nothing to gain, and concatenations of empty arrays have the shape of their parts, so
         # merge and slice rules can grow the e-graph without bound (found by make fuzz: a hang)
@@ -409,13 +418,18 @@ def rewrite_jaxpr(
     hook, bodies = None, []
     # the same program again, with other options (exact rules only, or nothing hoisted)
     again = functools.partial(
-        rewrite_jaxpr, closed, force=force, control_flow=control_flow, cone_outputs=cone_outputs
+        rewrite_jaxpr,
+        closed,
+        force=force,
+        control_flow=control_flow,
+        cone_outputs=cone_outputs,
+        _split=_split,  # a program without its calls is not split again
     )
     if control_flow:
         from .control import make_body_hook
 
         def rewrite_body(body: Any, body_slow: frozenset[int], body_cone: frozenset[int]) -> RewriteResult:
-            return rewrite_jaxpr(body, **same, slow=body_slow, cone_outputs=body_cone)
+            return rewrite_jaxpr(body, **same, slow=body_slow, cone_outputs=body_cone, _body=True)
 
         hook = make_body_hook(rewrite_body, bodies)
     program = _stage("encode", encode, closed, hook, cone_outputs)
@@ -450,6 +464,10 @@ def rewrite_jaxpr(
     report.egraph_nodes, report.egraph_classes = view.n_nodes, view.n_classes
     costs = _stage("extract", node_costs, view, model)
     ex = _stage("extract", extract_fn, view, costs)
+    if closed.effects and not _stage("extract", _binds_effects_once, program, view, ex.choice):
+        report.stop_reason = StopReason.EFFECTS
+        report.guard_note = "a loop that makes jax.debug calls is not bound once by the rewrite: kept"
+        return RewriteResult(None, report, program, view, ex, None, before, closed, bodies)
     report.extractor, report.extractor_note = ex.extractor, ex.note
     # what XLA does next (its dot merger on a GPU) counts for both programs
     report.cost_after = _stage("extract", program_cost, view, ex.choice, costs, model)
@@ -492,6 +510,13 @@ def rewrite_jaxpr(
     report.rewritten = True
     log.debug("decode: rewritten program built in %.1f ms", report.phase_s["decode"] * 1e3)
     return RewriteResult(fn, report, program, view, ex, costs, before, closed, bodies)
+
+
+def _binds_effects_once(program: Program, view: EGraphView, choice: dict[str, str]) -> bool:
+    """Whether the chosen program binds each equation with effects (a loop that makes jax.debug
+    calls) exactly once, and all of it in one function (nothing hoisted: decode splits there)."""
+    chosen = [view.nodes[choice[c]] for c in reachable(view, choice, view.outputs)]
+    return not view.slow and bound_once(program, chosen)
 
 
 def _has_zero_size(jaxpr: Any) -> bool:
