@@ -594,3 +594,28 @@ def test_the_encoder_takes_loops_with_calls_only_as_outputs():
     assert bound_once(program, [node(0, ("a",)), node(1, ("a",))])
     assert not bound_once(program, [])  # dropped
     assert not bound_once(program, [node(0, ("a",)), node(1, ("b",))])  # bound twice
+
+
+@pytest.mark.parametrize("kind", ["scan", "cond"])
+def test_a_body_that_makes_calls_keeps_the_non_finite_guard(kind):
+    # the body's outputs that reach tanh outside were not passed on with the calls taken out:
+    # c@W + c@V was factored, inf*(1-2) = -inf where jax.jit gives nan (a review's repro)
+    x = jnp.zeros((4, 4)).at[0, 0].set(jnp.inf)
+    W, V = jnp.eye(4), -2 * jnp.eye(4)
+
+    def f(x, W, V):
+        def step(c):
+            jax.debug.callback(lambda s: None, c.sum())
+            return c @ W + c @ V
+
+        if kind == "scan":
+            y = jax.lax.scan(lambda c, _: (step(c), None), x, None, length=1)[0]
+        else:
+            y = jax.lax.cond(x[1, 1] == 0, step, lambda c: c, x)
+        return jnp.tanh(y)
+
+    want = jax.jit(f)(x, W, V)
+    got = jaxrw.optimize(f, strict=True)(x, W, V)
+    jax.effects_barrier()
+    assert bool(jnp.isnan(want[0, 0])) and bool(jnp.isnan(got[0, 0]))
+    np.testing.assert_array_equal(got, want)
