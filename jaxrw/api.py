@@ -494,7 +494,7 @@ class Optimized(Stages):
         from .schedule import ScheduleUnavailableError, choice
 
         t_schedule = time.perf_counter()  # auto's timing of candidate schedules: a phase of its own
-        mode = "xla" if closed.effects else self.schedule  # timing would run its jax.debug calls
+        mode = "xla" if closed.effects and self.schedule == "auto" else self.schedule  # timing would call
         if hoisted is not None:  # the main program stays a plain jit behind the identity check
             report.hoisted_sets = hoisted.fit(self.max_hoist_bytes)  # autotune's winner decoded again
             mode, why = choice.for_hoisted(self.schedule, hoisted, leaves, self.schedule_memory_slack)

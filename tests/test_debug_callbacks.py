@@ -16,6 +16,7 @@ from jax.experimental import io_callback
 
 import jaxrw
 from jaxrw.errors import UnsupportedProgramError
+from jaxrw.schedule import ScheduleUnavailableError
 from tests.debug_calls import _calls, _chain, _loop, _record
 
 
@@ -298,3 +299,41 @@ def test_other_effects_keep_the_program_as_written(fn):
 
 
 # --- calls in the bodies of scan, while and cond (at any depth) ---------------------------------
+
+
+@pytest.mark.parametrize("where", ["top", "scan"])
+def test_a_call_sees_jax_jits_non_finite_values(where):
+    # a call is user code the e-graph does not model: what it reads stays out of inexact rules
+    # (x@W + x@V factored gave the call -inf where jax.jit gives nan; a review's repro)
+    x = jnp.zeros((4, 4)).at[0, 0].set(jnp.inf)
+    W, V = jnp.eye(4), -2 * jnp.eye(4)
+
+    def build(log):
+        def seen(s):
+            log.append(float(s[0, 0]))
+
+        def f(x, W, V):
+            if where == "top":
+                jax.debug.callback(seen, x @ W + x @ V)
+                return x + 1.0
+
+            def step(c, _):
+                jax.debug.callback(seen, c @ W + c @ V)
+                return c + 1.0, None
+
+            return jax.lax.scan(step, x, None, length=1)[0]
+
+        return f
+
+    (_, want_log, _), (_, got_log, _) = _calls(build, x, W, V, limits=jaxrw.Limits(min_gain=0))
+    assert np.isnan(want_log).all() and np.isnan(got_log).all() and len(got_log) == len(want_log) == 1
+
+
+def test_streams_asked_for_off_cuda_is_refused_with_calls_too():
+    # the calls made auto's "xla" replace any schedule asked for, so no error said streams cannot run
+    def f(A, v):
+        jax.debug.callback(lambda s: None, v.sum())
+        return A @ A @ v
+
+    with pytest.raises(ScheduleUnavailableError, match="needs a CUDA device"):
+        jaxrw.optimize(f, schedule="streams", strict=True)(jnp.eye(8), jnp.ones((8, 2)))

@@ -102,6 +102,11 @@ class Callbacks:
 
         return with_callbacks
 
+    def value_outputs(self) -> frozenset[int]:
+        """The outputs of the program without the calls that are the calls' values."""
+        n = len({v for sources in self.sources for kind, v in sources if kind == "out"})
+        return frozenset(range(self.n_out, self.n_out + n))
+
     def applied(self, result: Any, pure: Any) -> Any:
         """`result` (a RewriteResult of `pure`, the program without the calls) as the program's
         own: its function makes the calls and returns the program's outputs alone, and its
