@@ -4,6 +4,7 @@ same function run under jax.jit and under optimize."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import jaxrw
@@ -61,3 +62,17 @@ def _loop(kind, log=None, ordered=False, steps=3):
         return jax.lax.while_loop(cond, lambda ic: (ic[0] + 1, step(A, ic[1])), (0, v))[1]
 
     return f
+
+
+def _under_transforms(build, A, v):
+    """For jax.grad and jax.vmap (over A's copies) of `build`'s function: (jax.jit's result, its
+    calls' log, optimize's result, its calls' log)."""
+    for transform in (jax.grad, lambda f: jax.vmap(f, in_axes=(0, None))):
+        args = (A, v) if transform is jax.grad else (jnp.stack([A, 2 * A]), v)
+        outs = []
+        for wrap in (jax.jit, jaxrw.optimize):
+            log, f = _record(build)
+            got = transform(wrap(f))(*args)
+            jax.effects_barrier()
+            outs.extend((got, log))
+        yield tuple(outs)

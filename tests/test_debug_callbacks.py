@@ -17,7 +17,7 @@ from jax.experimental import io_callback
 import jaxrw
 from jaxrw.errors import UnsupportedProgramError
 from jaxrw.schedule import ScheduleUnavailableError
-from tests.debug_calls import _calls, _chain, _loop, _record
+from tests.debug_calls import _calls, _chain, _loop, _record, _under_transforms
 
 
 def _same_logs(want, got, rtol):
@@ -101,15 +101,7 @@ def test_gradients_and_vmap_call_as_jax_jit_does():
 
     A = jnp.asarray(np.random.default_rng(5).standard_normal((16, 16)), jnp.float32) / 4
     v = jnp.ones((16, 2))
-    for transform in (jax.grad, lambda f: jax.vmap(f, in_axes=(0, None))):
-        args = (A, v) if transform is jax.grad else (jnp.stack([A, 2 * A]), v)
-        outs = []
-        for wrap in (jax.jit, jaxrw.optimize):
-            log, f = _record(build)
-            got = transform(wrap(f))(*args)
-            jax.effects_barrier()
-            outs.append((got, log))
-        (want, want_log), (got, got_log) = outs
+    for want, want_log, got, got_log in _under_transforms(build, A, v):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(got_log, want_log, rtol=1e-4)
 

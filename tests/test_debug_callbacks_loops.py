@@ -13,7 +13,7 @@ import jaxrw
 from jaxrw.errors import UnsupportedProgramError
 from jaxrw.rewrite.profiles import default_profile
 from jaxrw.rewrite.run import rewrite_jaxpr
-from tests.debug_calls import _calls, _loop, _record, _tap
+from tests.debug_calls import _calls, _loop, _record, _tap, _under_transforms
 
 # a loop body's carries reach its next step, so under the default numerics only exact rules apply
 # there (the non-finite guard: A @ A @ c is kept); "fast" lets the body be rewritten, which these
@@ -164,15 +164,7 @@ def test_gradients_and_vmap_of_loops_with_calls_call_as_jax_jit_does():
         return lambda A, v: jnp.sum(jnp.tanh(loop(A, v)) ** 2)
 
     A, v = _matrices(16)
-    for transform in (jax.grad, lambda f: jax.vmap(f, in_axes=(0, None))):
-        args = (A, v) if transform is jax.grad else (jnp.stack([A, 2 * A]), v)
-        outs = []
-        for wrap in (jax.jit, jaxrw.optimize):
-            log, f = _record(build)
-            got = transform(wrap(f))(*args)
-            jax.effects_barrier()
-            outs.append((got, log))
-        (want, want_log), (got, got_log) = outs
+    for want, want_log, got, got_log in _under_transforms(build, A, v):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         _same_calls(np.sort(want_log), np.sort(got_log))
 
