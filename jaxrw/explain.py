@@ -416,7 +416,7 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
     from .rewrite.rules import RULES, select_rules
     from .rewrite.terms import analysis
 
-    encoded = result.closed or closed  # without its jax.debug calls (rewrite/effects.py)
+    encoded = closed if result.closed is None else result.closed  # without jax.debug calls (effects.py)
     eqns, eqns_encoded = list(encoded_equations(closed.jaxpr)), list(encoded_equations(encoded.jaxpr))
     at = encoded_positions(eqns, eqns_encoded)  # numbered as the user's program has them
     eqns, at = (eqns, at) if at is not None else (eqns_encoded, range(len(eqns_encoded)))

@@ -132,17 +132,26 @@ def checked_options(
     )
 
 
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _parameters(fn: Callable) -> list[inspect.Parameter] | None:
+    """`fn`'s parameters, or None where its signature cannot be read (a builtin, some C callables)."""
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
 def resolve_argnums(fn: Callable, nums: tuple[int, ...], what: str) -> tuple[int, ...]:
     """`nums` with negative indices counted from the end of `fn`'s positional parameters, as
     jax.jit counts them; a clear error where that count is unknown (*args, or no signature)."""
     if all(i >= 0 for i in nums):
         return nums
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
+    params = _parameters(fn)
+    if params is None:
         params = [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL)]
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    n = sum(p.kind in kinds for p in params)
+    n = sum(p.kind in _POSITIONAL for p in params)
     out = tuple(i + n if i < 0 else i for i in nums)
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params) or min(out) < 0:
         raise InvalidOptionError(
@@ -156,13 +165,12 @@ def check_hoisted(fn: Callable, nums: tuple[int, ...], names: tuple[str, ...]) -
     """`hoist_argnums`/`hoist_argnames` that `fn` can take, as jax.jit checks its static and donated
     ones: an index past its positional parameters (no *args) or a name that is none of its
     parameters (no **kwargs) would hoist nothing and say nothing (a typo's silent cost)."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
+    params = _parameters(fn)
+    if params is None:
         return
     kind = inspect.Parameter
     kinds = {p.kind for p in params}
-    n = sum(p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD) for p in params)
+    n = sum(p.kind in _POSITIONAL for p in params)
     far = tuple(i for i in nums if i >= n)
     if far and kind.VAR_POSITIONAL not in kinds:
         valid = f"indices 0..{n - 1} or -{n}..-1" if n else "none (it has no positional parameters)"
@@ -197,10 +205,7 @@ def hoisted_arguments(
 def param_names(fn: Callable) -> dict[int, str]:
     """Index -> name of `fn`'s parameters that can be passed either way (positional-or-keyword);
     empty where the signature cannot be read."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return {}
+    params = _parameters(fn) or []
     return {i: p.name for i, p in enumerate(params) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD}
 
 

@@ -388,11 +388,11 @@ def rewrite_jaxpr(
     if split is not None:
         pure, calls = split
         why = "not hoisted: the function makes jax.debug calls (print, callback)" if slow else _note
-        kw = dict(force=force, control_flow=control_flow, _note=why, _exact_note=_exact_note)
         # a body's own outputs come first (the same indices); the calls' values follow: a call is
         # user code the e-graph does not model, so what it reads keeps jax.jit's non-finite values
-        kw["cone_outputs"] = cone_outputs | calls.value_outputs()
-        return calls.applied(rewrite_jaxpr(pure, **same, **kw, _split=True), pure)
+        cone = cone_outputs | calls.value_outputs()
+        kw = dict(force=force, control_flow=control_flow, _note=why, _exact_note=_exact_note)
+        return calls.applied(rewrite_jaxpr(pure, **same, **kw, cone_outputs=cone, _split=True), pure)
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
