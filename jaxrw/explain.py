@@ -409,7 +409,7 @@ def _rule_sites(program: Any, before: Any, rule: Any) -> set[str]:
 
 def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any, want_sites: bool) -> None:
     """Fill equations, rules, regions, costs and graphs of `ex`."""
-    from .rewrite.effects import CALLBACK_PRIMITIVES, encoded_positions
+    from .rewrite.effects import encoded_positions, taken_out
     from .rewrite.encode import encode, encoded_equations
     from .rewrite.extract import node_costs, reachable
     from .rewrite.graph import EGraphView, components
@@ -448,7 +448,7 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
     for i, eqn in enumerate(eqns):
         cs = classes_of.get(i, [])
         if not cs:
-            status = "kept" if eqn.primitive.name in CALLBACK_PRIMITIVES else "shared"
+            status = "kept" if taken_out(eqn) else "shared"
         elif not any(c in live_before_set for c in cs):
             status = "unused"
         elif any(c not in nmap for c in cs):

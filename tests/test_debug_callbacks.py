@@ -1,8 +1,8 @@
 """Programs with jax.debug calls (rewrite/effects.py): the rest of the program is rewritten, each
 call is made once per call of the function (per step, in a loop's body), with the values jax.jit's
-program gives it (ordered ones in their order); calls in checkpoint regions, conds without
-outputs, and ordered calls whose order a rewrite could change keep the program as written (a
-fallback, or JaxrwError under strict)."""
+program gives it (ordered ones in their order); a cond or loop with no output (one that only
+prints) is made whole after the rest; calls in checkpoint regions and ordered calls whose order a
+rewrite could change keep the program as written (a fallback, or JaxrwError under strict)."""
 
 from __future__ import annotations
 
@@ -244,10 +244,10 @@ def _in_a_checkpoint(A, v):
     return g(A) @ v
 
 
-def _in_a_cond_without_outputs(A, v):
-    # jax forwards the operand: the cond has no output to keep it by, so extraction would drop it
-    jax.lax.cond(v.sum() > 0, lambda x: jax.debug.print("{}", x.sum()), lambda x: None, v)
-    return A @ A @ v
+def _ordered_cond_before_an_ordered_loop(A, v):
+    # the cond is made whole after the rewritten program: after the loop's, which jax makes first
+    jax.lax.cond(v.sum() > 0, lambda x: jax.debug.print("{}", x.sum(), ordered=True), lambda x: None, v)
+    return _loop("scan", ordered=True)(A, v)
 
 
 def _ordered_before_an_ordered_loop(A, v):
@@ -273,8 +273,8 @@ def _io_callback_in_a_scan(A, v):
     "fn",
     [
         _in_a_checkpoint,
-        _in_a_cond_without_outputs,
         _ordered_before_an_ordered_loop,
+        _ordered_cond_before_an_ordered_loop,
         _two_ordered_loops,
         _io_callback_in_a_scan,
     ],

@@ -11,6 +11,7 @@ import pytest
 
 import jaxrw
 from jaxrw.errors import UnsupportedProgramError
+from jaxrw.rewrite.encode import encoded_equations
 from jaxrw.rewrite.profiles import default_profile
 from jaxrw.rewrite.run import rewrite_jaxpr
 from tests.debug_calls import _calls, _loop, _record, _tap, _under_transforms
@@ -277,3 +278,100 @@ def test_a_body_that_makes_calls_keeps_the_non_finite_guard(kind):
     jax.effects_barrier()
     assert bool(jnp.isnan(want[0, 0])) and bool(jnp.isnan(got[0, 0]))
     np.testing.assert_array_equal(got, want)
+
+
+# --- a cond with no output (one that only calls): made whole after the rewritten program -------
+
+
+def _logging_every(k, log, ordered=False):
+    """(A, v, i) -> A @ A @ v, calling back with the result's sum where i % k == 0 (a cond with no
+    output: nothing in the program keeps it)."""
+
+    def f(A, v, i):
+        y = A @ A @ v  # rewritten as A @ (A @ v)
+
+        def record(s, j):
+            jax.debug.callback(lambda s, j: log.append((int(j), float(s))), s, j, ordered=ordered)
+
+        jax.lax.cond(i % k == 0, record, lambda s, j: None, y.sum(), i)
+        return y
+
+    return f
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+@pytest.mark.parametrize("numerics", ["default", FAST])
+def test_a_cond_that_only_calls_keeps_the_rest_rewritten(ordered, numerics):
+    A, v = _matrices(seed=1)
+    outs = []
+    for wrap in (jax.jit, lambda f: jaxrw.optimize(f, strict=True, verify=True, numerics=numerics)):
+        log: list = []
+        g = wrap(_logging_every(2, log, ordered))
+        got = [g(A, v, jnp.int32(i)) for i in range(5)]
+        jax.effects_barrier()
+        outs.append((got, log, g))
+    (want, want_log, _), (got, got_log, g) = outs
+    A64, v64 = np.asarray(A, np.float64), np.asarray(v, np.float64)
+    exact = A64 @ A64 @ v64  # the float64 reference
+    for w, x in zip(want, got, strict=True):
+        np.testing.assert_allclose(x, exact, rtol=1e-4, atol=1e-4 * np.abs(exact).max())
+        np.testing.assert_allclose(x, w, rtol=1e-4, atol=1e-4 * np.abs(exact).max())
+    assert [j for j, _ in got_log] == [j for j, _ in want_log] == [0, 2, 4]
+    np.testing.assert_allclose([s for _, s in got_log], [exact.sum()] * 3, rtol=1e-4, atol=1e-4)
+    report = g.report(A, v, jnp.int32(0))
+    assert not report.fallback and report.n_outputs == 1
+    # under "default" the chain stays as written: the call reads its sum (user code sees NaN/Inf
+    # where jax.jit has them, nonfinite.py)
+    assert report.rewritten == (numerics == FAST)
+
+
+def test_a_cond_that_only_calls_in_a_loop_body_is_made_each_step():
+    A, v = _matrices(seed=2)
+
+    def build(log):
+        def f(A, v):
+            def step(c, i):
+                c = A @ A @ c
+                jax.lax.cond(i % 2 == 1, lambda s: _tap(log, s), lambda s: s, c.sum())  # output unused
+                jax.lax.cond(i % 2 == 0, lambda s: jax.debug.callback(log.append, s), lambda s: None, i)
+                return c, None
+
+            return jax.lax.scan(step, v, jnp.arange(4))[0]
+
+        return f
+
+    (want, want_log, _), (got, got_log, f) = _calls(build, A, v, strict=True, numerics=FAST)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert len(got_log) == len(want_log) == 4
+    np.testing.assert_allclose(np.asarray(got_log, np.float64), np.asarray(want_log, np.float64), rtol=1e-4)
+    report = jaxrw.optimize(f, strict=True, numerics=FAST).report(A, v)
+    assert report.bodies and report.bodies[0].rewritten and not report.fallback
+
+
+def test_a_cond_that_only_calls_under_grad_and_vmap_calls_as_jax_jit_does():
+    def build(log):
+        def f(A, v):
+            s = (A @ A @ v).sum()
+            record = lambda x: jax.debug.callback(lambda y: log.append(float(y)), x)  # noqa: E731
+            jax.lax.cond(s > 0, record, lambda x: None, s)
+            return s**2
+
+        return f
+
+    A, v = _matrices(16, seed=3)
+    for want, want_log, got, got_log in _under_transforms(build, A, v):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got_log, want_log, rtol=1e-4)
+
+
+def test_explain_keeps_the_cond_that_only_calls_in_its_place():
+    log: list = []
+    f = _logging_every(3, log)
+    A, v = _matrices(64, seed=4)
+    ex = jaxrw.explain(f, A, v, jnp.int32(0), numerics=FAST)
+    rows = [(e.index, e.primitive, e.status) for e in ex.equations]
+    traced = jax.make_jaxpr(f)(A, v, jnp.int32(0)).jaxpr  # i % 3 is a nested jit, inlined
+    assert [p for _, p, _ in rows] == [e.primitive.name for e in encoded_equations(traced)]
+    assert ("cond", "kept") in [(p, s) for _, p, s in rows]
+    assert [i for i, _, _ in rows] == list(range(len(rows)))
+    assert any(s == "rewritten" for _, _, s in rows)

@@ -16,9 +16,12 @@ results are used (`run.py` checks that the chosen program binds it exactly once)
 rewritten as any program (control.py, through rewrite_jaxpr): its own calls are taken out and
 made again at the end of the rewritten body. Ordered calls: at most one such equation with
 ordered ones per program, and no ordered call taken out before it (those are made after it).
-Any other effect (IO callbacks, a debug call in a checkpoint region or a custom_jvp function, a
-cond without outputs) keeps the program as written, as before (`encode` refuses it; in a loop's
-body, the body is kept as written).
+A scan, while or cond whose outputs are all unused (a cond that only prints: `lax.cond(step % 100
+== 0, lambda: jax.debug.print(...), lambda: None)`) is taken out whole, as a call is: its
+operands become extra outputs and it is bound again after the program, unrewritten, as jax.jit
+runs it. Any other effect (IO callbacks, a debug call in a checkpoint region or a custom_jvp
+function) keeps the program as written, as before (`encode` refuses it; in a loop's body, the
+body is kept as written).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import jax
 from .. import compat
 from .control import LOOP_PRIMITIVES
 
-__all__ = ["Callbacks", "bound_once", "encoded_positions", "loops_only", "split_callbacks"]
+__all__ = ["Callbacks", "bound_once", "encoded_positions", "loops_only", "split_callbacks", "taken_out"]
 
 # the primitives of jax.debug.callback and jax.debug.print (jax 0.11 and 0.12)
 CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print"})
@@ -46,6 +49,17 @@ def _debug_only(effects: Any) -> bool:
 
 def _ordered(effects: Any) -> bool:
     return any(type(e).__name__ == "OrderedDebugEffect" for e in effects)
+
+
+def taken_out(eqn: Any) -> bool:
+    """Whether `split_callbacks` takes `eqn` out of the program whole, to bind it again after the
+    rewritten program: a debug call, or a scan, while or cond that makes debug calls and none of
+    whose outputs is used (nothing in the program could keep it)."""
+    if not eqn.effects or not _debug_only(eqn.effects):
+        return False
+    if eqn.primitive.name in CALLBACK_PRIMITIVES:
+        return not eqn.outvars
+    return eqn.primitive.name in LOOP_PRIMITIVES and all(map(compat.is_dropvar, eqn.outvars))
 
 
 def loops_only(closed: Any) -> bool:
@@ -176,8 +190,8 @@ def _calls_inlined(closed: Any) -> Any:
 
 def split_callbacks(closed: Any) -> tuple[Any, Callbacks] | None:
     """(`closed` without its top-level debug calls, with their operands and then one output of
-    each loop or cond whose body makes calls as extra outputs, the calls), or None where it has
-    another effect, a call elsewhere (a checkpoint region), a cond or loop with no output, or
+    each loop or cond whose body makes calls as extra outputs, the calls and the loops taken out
+    whole), or None where it has another effect, a call elsewhere (a checkpoint region), or
     ordered calls whose order this would change (see the module's docstring)."""
     if not closed.effects or not _debug_only(closed.effects):
         return None
@@ -188,14 +202,12 @@ def split_callbacks(closed: Any) -> tuple[Any, Callbacks] | None:
     for i, eqn in enumerate(jaxpr.eqns):
         if not eqn.effects:
             kept.append(eqn)
-        elif eqn.primitive.name in CALLBACK_PRIMITIVES and not eqn.outvars and _debug_only(eqn.effects):
+        elif taken_out(eqn):  # a call, or a loop or cond that only makes calls
             calls.append(eqn)
             if _ordered(eqn.effects) and first_ordered_call is None:
                 first_ordered_call = i
         elif eqn.primitive.name in LOOP_PRIMITIVES and _debug_only(eqn.effects):
             outs = [v for v in eqn.outvars if not compat.is_dropvar(v)]
-            if not outs:  # nothing to keep it by: extraction would drop it
-                return None
             if _ordered(eqn.effects):
                 if ordered_loop is not None or first_ordered_call is not None:
                     return None  # two (decode may swap them), or one after an ordered call
@@ -231,6 +243,6 @@ def encoded_positions(original: list, encoded: list) -> list[int] | None:
     None where the sequences differ otherwise."""
     if len(original) == len(encoded) and all(map(operator.is_, original, encoded)):
         return list(range(len(original)))
-    kept = [i for i, e in enumerate(original) if e.primitive.name not in CALLBACK_PRIMITIVES]
+    kept = [i for i, e in enumerate(original) if not taken_out(e)]
     same = [original[i].primitive.name for i in kept] == [e.primitive.name for e in encoded]
     return kept if same else None
