@@ -409,7 +409,7 @@ def _rule_sites(program: Any, before: Any, rule: Any) -> set[str]:
 
 def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any, want_sites: bool) -> None:
     """Fill equations, rules, regions, costs and graphs of `ex`."""
-    from .rewrite.effects import encoded_positions, taken_out
+    from .rewrite.effects import encoded_positions
     from .rewrite.encode import encode, encoded_equations
     from .rewrite.extract import node_costs, reachable
     from .rewrite.graph import EGraphView, components
@@ -448,7 +448,7 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
     for i, eqn in enumerate(eqns):
         cs = classes_of.get(i, [])
         if not cs:
-            status = "kept" if taken_out(eqn) else "shared"
+            status = "shared"
         elif not any(c in live_before_set for c in cs):
             status = "unused"
         elif any(c not in nmap for c in cs):
@@ -461,6 +461,8 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
                     status = "removed" if status == "kept" else status
                 elif choice[fc] != nmap[c]:
                     status = "rewritten"
+        if eqn.effects:  # made as written: a call, or a loop kept by a hidden output (bound once)
+            status = "kept"
         infos.append(EquationInfo(i, eqn.primitive.name, _eqn_text(eqn), compat.source_line(eqn), status))
     ex.equations = infos
 

@@ -375,3 +375,15 @@ def test_explain_keeps_the_cond_that_only_calls_in_its_place():
     assert ("cond", "kept") in [(p, s) for _, p, s in rows]
     assert [i for i, _, _ in rows] == list(range(len(rows)))
     assert any(s == "rewritten" for _, _, s in rows)
+
+
+def test_explain_shows_a_loop_kept_by_its_hidden_output_as_kept():
+    # its result unused, the loop is bound once by its hidden output: explain said "removed"
+    def f(A, v):
+        _loop("while")(A, v)
+        return A @ A @ v
+
+    A, v = _matrices(64, seed=5)
+    ex = jaxrw.explain(f, A, v, numerics=FAST)
+    rows = [(e.primitive, e.status) for e in ex.equations]
+    assert rows[0] == ("while", "kept") and ("dot_general", "rewritten") in rows

@@ -16,8 +16,8 @@ results are used (`run.py` checks that the chosen program binds it exactly once)
 rewritten as any program (control.py, through rewrite_jaxpr): its own calls are taken out and
 made again at the end of the rewritten body. Ordered calls: at most one such equation with
 ordered ones per program, and no ordered call taken out before it (those are made after it).
-A scan, while or cond whose outputs are all unused (a cond that only prints: `lax.cond(step % 100
-== 0, lambda: jax.debug.print(...), lambda: None)`) is taken out whole, as a call is: its
+A scan, while or cond with no output (a cond that only prints: `lax.cond(step % 100 == 0, lambda:
+jax.debug.print(...), lambda: None)`) is taken out whole, as a call is: its
 operands become extra outputs and it is bound again after the program, unrewritten, as jax.jit
 runs it. Any other effect (IO callbacks, a debug call in a checkpoint region or a custom_jvp
 function) keeps the program as written, as before (`encode` refuses it; in a loop's body, the
@@ -53,8 +53,10 @@ def _ordered(effects: Any) -> bool:
 
 def taken_out(eqn: Any) -> bool:
     """Whether `split_callbacks` takes `eqn` out of the program whole, to bind it again after the
-    rewritten program: a debug call, or a scan, while or cond that makes debug calls and none of
-    whose outputs is used (nothing in the program could keep it)."""
+    rewritten program: a debug call, or a scan, while or cond that makes debug calls and has no
+    output (nothing in the program could keep it). A traced program has no dropped outputs (an
+    unused one is a plain variable, and such a loop is kept by a hidden output instead), but a
+    dropped one is taken as none."""
     if not eqn.effects or not _debug_only(eqn.effects):
         return False
     if eqn.primitive.name in CALLBACK_PRIMITIVES:
