@@ -94,7 +94,7 @@ class Optimized(Stages):
     def __post_init__(self):
         if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
             self.__class__ = Optimized
-        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+        self._wraps(self.fn)
         for k in ("static_argnums", "donate_argnums", "hoist_argnums"):  # negative ones, as jax.jit
             setattr(self, k, resolve_argnums(self.fn, getattr(self, k), k))
         self.static_argnums, self.static_argnames = both_spellings(
@@ -110,6 +110,19 @@ class Optimized(Stages):
         self._jitted = jax.jit(self.fn, **self._jit_options())
         self._fast = self._new_fast()
         self._prologues = KeptValues(self.max_hoist_bytes, fn_name(self.fn))
+
+    def _wraps(self, fn: Any) -> None:
+        """Named as `fn` (jax.jit's names for a partial or a callable object where it has none),
+        with `fn`'s attributes where they are not this object's own: copied over them, a callable
+        object's `fn` or `schedule` (or an optimized function's state) replaced this one's."""
+        functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
+        for name, value in getattr(fn, "__dict__", {}).items():
+            if name not in self.__dict__ and not hasattr(type(self), name):
+                setattr(self, name, value)
+        if "__name__" not in self.__dict__:
+            self.__name__ = compat.fun_name(fn)
+        if "__qualname__" not in self.__dict__:
+            self.__qualname__ = self.__name__
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:  # a method: bound, as jax.jit's are
         return self if obj is None else types.MethodType(self, obj)  # its attributes reach through
@@ -139,7 +152,10 @@ class Optimized(Stages):
                 return self.fn(*args, **kwargs)
             return self._inline(*args, **kwargs)
 
-        # `inline` takes *args: jit cannot map donated keyword arguments itself (donate_argnames)
+        # named as the user's function (jax's program names, errors and argument names read it
+        # through __wrapped__); `inline` takes *args: jit cannot map donated keyword arguments
+        # itself (donate_argnames)
+        functools.update_wrapper(inline, self.fn, updated=())
         fast = tuned_jit(inline, self._fast_mode, **self._jit_options())
         fast, self._fast_nested = without_frame(fast)
         return fast
@@ -439,7 +455,8 @@ class Optimized(Stages):
 
     def _flat_fn(self, args: tuple, kwargs: dict, in_tree: Any) -> Callable:
         statics = (self.static_argnums, self.static_argnames)
-        return signature.flat_function(self.fn, *statics, args, kwargs, in_tree)
+        flat = signature.flat_function(self.fn, *statics, args, kwargs, in_tree)
+        return compat.traced_as(flat, self.fn, args, kwargs, statics, in_tree.num_leaves)
 
     def _build(self, args, kwargs, dyn, statics, leaves, in_tree) -> Entry:
         self.traces += 1

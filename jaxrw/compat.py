@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 from jax import core as _core
@@ -215,3 +215,57 @@ def source_line(eqn: Any) -> str:
     path, _, rest = loc.partition(":")
     line = rest.split(":")[0]
     return f"{os.path.basename(path)}:{line} {fn}".strip()
+
+
+def traced_as(flat: Any, fn: Any, args: tuple, kwargs: dict, statics: tuple, n_leaves: int) -> Any:
+    """`flat` (a function of a call's flat dynamic leaves) traced as jax.jit traces `fn` on that
+    call: jax's errors and the jaxpr's argument names then name the user's function and its
+    parameters (`mask`, `params['w']`), not jaxrw's wrapper and `leaves[1]`. jax reads a wrapper's
+    debug info from `__fun_debug_info__` (api_util.save_wrapped_fun_debug_info, jax 0.11 and
+    0.12); where the names do not map one to a leaf, `flat` is left as it is."""
+    from jax._src import api_util
+
+    try:
+        static_argnums, static_argnames = statics
+        info = api_util.debug_info(
+            "jit", fn, args, kwargs, static_argnums=static_argnums, static_argnames=static_argnames
+        )
+    except Exception:  # noqa: BLE001 - names only: never a reason to fail
+        return flat
+    names = info.arg_names
+    if names is not None and len(names) == n_leaves:
+        api_util.save_wrapped_fun_debug_info(flat, info)
+    return flat
+
+
+def fun_name(fn: Any) -> str:
+    """jax.jit's name for `fn`: its `__name__`, a partial's function's, else "<unnamed function>"."""
+    from jax._src.util import fun_name as jax_fun_name
+
+    return jax_fun_name(fn)
+
+
+class Source(NamedTuple):
+    """Where an equation was written: its traceback and its name stack (jax.named_scope), with the
+    scope of the nested jits it was inlined from before it."""
+
+    traceback: Any
+    name_stack: Any
+
+
+def source_of(eqn: Any, scope: Any = None) -> Source:
+    """`eqn`'s Source, its name stack under `scope` (an inlining jit's, or None)."""
+    info = eqn.source_info
+    return Source(info.traceback, info.name_stack if scope is None else scope + info.name_stack)
+
+
+def written_at(source: Source | None) -> Any:
+    """A context that binds as jax's own eval_jaxpr binds an equation: under its traceback and its
+    name stack after the current one; where `source` is None (a term only a rewrite made), under
+    a scope named "jaxrw", so profiles and HLO dumps show which operations jaxrw wrote."""
+    if source is None:
+        return jax.named_scope("jaxrw")
+    from jax._src import source_info_util
+
+    name_stack = source_info_util.current_name_stack() + source.name_stack
+    return source_info_util.user_context(source.traceback, name_stack=name_stack)

@@ -297,3 +297,100 @@ def test_a_bound_method_reaches_the_optimized_functions_attributes():
     m.f(x)
     assert m.f.report(m, x) is not None and m.f.__name__ == "f"
     m.f.clear_cache()
+
+
+# --- a new user's try (thirty-ninth session): names and attributes --------------------------------
+
+
+class _Scaled:
+    """A callable object whose attributes share names with optimize's fields."""
+
+    def __init__(self, W):
+        self.W = W
+        self.fn = jax.nn.relu  # optimize ran this instead of __call__: relu(x), silently
+        self.schedule = lambda step: 1e-3  # a learning-rate schedule: a spurious fallback
+        self._cache = {"seen": 1}  # a memo dict: every call raised AttributeError
+        self.traces = []
+
+    def __call__(self, x):
+        return x @ self.W @ self.W
+
+
+def test_a_callable_objects_attributes_do_not_replace_optimizes_own():
+    obj = _Scaled(_r(0, 8, 8))
+    x = _r(1, 4, 8)
+    opt = jaxrw.optimize(obj, strict=True)
+    np.testing.assert_allclose(opt(x), jax.jit(obj)(x), rtol=1e-5, atol=1e-5)
+    assert obj._cache == {"seen": 1}  # jaxrw's signatures are not written into the user's dict
+    assert opt.W is obj.W  # attributes optimize does not have still reach through, as jax.jit's
+    assert opt.__name__ == jax.jit(obj).__name__
+
+
+def test_optimize_of_an_optimized_function_keeps_its_own_options():
+    def f(A, v):
+        return A @ A @ v
+
+    inner = jaxrw.optimize(f)
+    outer = jaxrw.optimize(inner, strict=True, verify=True, numerics="strict")
+    assert (outer.strict, outer.verify, outer.numerics) == (True, True, "strict")
+    assert outer._cache is not inner._cache
+    A, v = _r(2, 16, 16), _r(3, 16, 2)
+    np.testing.assert_allclose(outer(A, v), f(A, v), rtol=1e-5, atol=1e-5)
+
+
+def test_a_partial_is_named_as_jax_jit_names_it():
+    import functools
+
+    def loss(w, x):
+        return jnp.sum((x @ w @ w) ** 2)
+
+    step = functools.partial(loss, jnp.ones((4, 4)))
+    assert jaxrw.optimize(step).__name__ == jax.jit(step).__name__ == "loss"
+
+
+def test_the_compiled_program_and_trace_errors_name_the_users_function():
+    def masked(x, mask=None):
+        if mask is not None and mask.any():  # a Python bool of a tracer: the user's error
+            x = jnp.where(mask, x, 0.0)
+        return x @ x
+
+    A = _r(4, 4, 4)
+    for opts in ({}, {"verify": True}, {"hoist_argnums": 0}):
+        opt = jaxrw.optimize(masked, **opts)
+        opt(A)  # a first signature (kept as written: state "jit")
+        with pytest.raises(jax.errors.TracerBoolConversionError) as got:
+            opt(A, A > 0)
+        line = str(got.value).splitlines()[1]
+        assert "function masked at" in line and "argument mask" in line, (opts, line)
+
+
+@pytest.mark.parametrize("opts", [{}, {"hoist_argnums": 0}], ids=["plain", "hoisted"])
+def test_the_compiled_programs_are_named_as_the_users_function(opts, caplog):
+    # every optimized function compiled as jit(inline): alike in compile logs, dumps and profiles
+    def mix(W, x):
+        return x @ W @ W
+
+    W, x = _r(5, 16, 16), _r(6, 2, 16)
+    with jax.log_compiles(True), caplog.at_level("WARNING", logger="jax"):
+        jaxrw.optimize(mix, **opts)(W, x)
+    logged = [r.getMessage() for r in caplog.records]
+    names = {m.split("Compiling ")[1].split(" ")[0] for m in logged if "Compiling " in m}
+    assert "jit(mix)" in names and not names & {"jit(inline)", "jit(body)"}, names
+
+
+def test_the_rewritten_program_keeps_the_users_named_scopes():
+    # decode rebuilt every equation outside its source: profiles and HLO dumps lost the scopes
+    def f(A, v):
+        with jax.named_scope("attention"):
+            h = A @ A @ A @ v  # rewritten as A @ (A @ (A @ v))
+        with jax.named_scope("mlp"):
+            return jnp.abs(h) + 1  # as written
+
+    A, v = _r(7, 32, 32), _r(8, 32, 2)
+    opt = jaxrw.optimize(f, strict=True)
+    assert opt.report(A, v).rewritten
+    text = opt.lower(A, v).as_text(debug_info=True)
+    assert "jit(f)/mlp/abs" in text and "jit(f)/mlp/add" in text
+    # a product only the rewrite made is named as jaxrw's; the chain's result as the user's
+    assert "jit(f)/jaxrw/dot_general" in text and "jit(f)/attention/dot_general" in text
+    assert relative_error(opt(A, v), jax.jit(f)(A, v)) < 1e-5

@@ -250,10 +250,14 @@ def decode(
             if c in env:
                 continue
             n = nodes[c]
-            if n.op == "concat":  # unused inner links of the chain are dropped by XLA
-                env[c] = lax.concatenate([env[p] for p in concat_parts[c]], n.attrs[0])
-            else:
-                env[c] = DECODERS[n.op](ctx, n, [env[ch] for ch in n.children])
+            # bound where the class's original equation was written (its named scope); a class
+            # only a rewrite made has none
+            at = view.order.get(c, 0) - 1
+            with compat.written_at(program.sources[at] if 0 <= at < len(program.sources) else None):
+                if n.op == "concat":  # unused inner links of the chain are dropped by XLA
+                    env[c] = lax.concatenate([env[p] for p in concat_parts[c]], n.attrs[0])
+                else:
+                    env[c] = DECODERS[n.op](ctx, n, [env[ch] for ch in n.children])
         return env
 
     def run(*args: Any) -> list[Any]:

@@ -173,6 +173,9 @@ class Program:
     params: list[tuple[Any, dict]] = field(default_factory=list)  # (primitive, params)
     eqns: list[Any] = field(default_factory=list)  # opaque equations
     n_equations: int = 0  # equations after inlining
+    # where each was written (by `order` - 1): decode binds an e-class's chosen node there, so the
+    # rewritten program keeps the user's jax.named_scope names and source lines (compat.Source)
+    sources: list[Any] = field(default_factory=list)
     primitives: dict[str, int] = field(default_factory=dict)  # count by primitive name
     const_is_arg: list[bool] = field(default_factory=list)  # closed-over arrays (not literals)
     # opaque equation index -> replacement `vals -> outputs` (control flow with rewritten bodies)
@@ -205,6 +208,7 @@ class _Encoder:
         self.cone_outputs: frozenset[int] = frozenset()  # outputs that reach a saturating op outside
         self._cone: set[Any] | None = None  # jaxpr variables that do (nonfinite.py), when first asked
         self.n_equations = 0
+        self.sources: list[Any] = []  # per equation (order - 1): where it was written (compat.Source)
         self.primitives: dict[str, int] = {}
         self.const_is_arg: list[bool] = []
         self.levels: dict[str, int] = {}  # let name -> longest path from an input
@@ -306,7 +310,9 @@ class _Encoder:
             return self.const(v.val, v.aval, literal=True)
         return env[v]
 
-    def run(self, jaxpr: Any, consts: list[Sym], args: list[Sym]) -> list[Sym]:
+    def run(self, jaxpr: Any, consts: list[Sym], args: list[Sym], scope: Any = None) -> list[Sym]:
+        """The output terms of `jaxpr`'s equations (nested jits inlined: their equations' scopes
+        under `scope`, the jit's own)."""
         env: dict[Any, Sym] = {}
         for v, t in zip(jaxpr.constvars, consts, strict=True):
             env[v] = t
@@ -319,9 +325,10 @@ class _Encoder:
             if name in compat.ENCODER_INLINED and own:
                 body = compat.call_body(eqn)
                 inner_consts = [self.const(c, _aval(c), literal=False) for c in body.consts]
-                outs = self.run(body.jaxpr, inner_consts, ins)
+                outs = self.run(body.jaxpr, inner_consts, ins, compat.source_of(eqn, scope).name_stack)
             else:
                 self.n_equations += 1
+                self.sources.append(compat.source_of(eqn, scope))
                 self.primitives[name] = self.primitives.get(name, 0) + 1
                 self._dot = None
                 outs = [self.bind(o) for o in self.equation(eqn, ins, own)]
@@ -550,6 +557,7 @@ def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = fr
         params=enc.params,
         eqns=enc.eqns,
         n_equations=enc.n_equations,
+        sources=enc.sources,
         primitives=enc.primitives,
         const_is_arg=enc.const_is_arg,
         eqn_fns=enc.eqn_fns,

@@ -7,6 +7,7 @@ them walk egglog's objects or call back into it per node.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ class EGraphView:
     touched: frozenset[str] = frozenset()
     # inputs treated like constants: hoisted arguments whose work is done once, off the hot call
     slow: frozenset[int] = frozenset()
+    # class -> the 1-based position of the original equation it holds (encode's `order` facts)
+    order: dict[str, int] = field(default_factory=dict)
     _const: dict[str, bool] = field(default_factory=dict, repr=False)
     _gen: dict[str, bool] = field(default_factory=dict, repr=False)
     _outputs: frozenset[str] | None = field(default=None, repr=False)
@@ -91,6 +94,7 @@ class EGraphView:
         shapes: dict[str, tuple[int, ...]] = {}
         dtypes: dict[str, str] = {}
         outputs: dict[int, str] = {}
+        order: dict[str, int] = {}
         touched: set[str] = set()
         for nid, n in rnodes.items():
             op = n["op"]
@@ -103,6 +107,13 @@ class EGraphView:
                 target = rnodes[n["children"][0]]["eclass"]
                 vnode = next(v for v in by_class[n["eclass"]] if rnodes[v]["op"] not in ("shape", "dtype"))
                 (shapes if op == "shape" else dtypes)[target] = value(vnode)
+                continue
+            if op == "order":  # its i64 class may hold other functions' nodes (level) of that value
+                number = next(
+                    (rnodes[v]["op"] for v in by_class[n["eclass"]] if rnodes[v]["op"].isdigit()), None
+                )
+                if number is not None:
+                    order[rnodes[n["children"][0]]["eclass"]] = int(number)
                 continue
             if op == "Out.of":
                 outputs[value(n["children"][0])] = rnodes[n["children"][1]]["eclass"]
@@ -126,7 +137,8 @@ class EGraphView:
         missing = [c for c in classes if c not in shapes]
         if missing:
             raise ValueError(f"{len(missing)} e-classes have no shape (first: {missing[0]})")
-        return cls(nodes, classes, shapes, dtypes, [outputs[i] for i in sorted(outputs)], frozenset(touched))
+        outs = [outputs[i] for i in sorted(outputs)]
+        return cls(nodes, classes, shapes, dtypes, outs, frozenset(touched), order=order)
 
     @property
     def output_set(self) -> frozenset[str]:
@@ -152,9 +164,7 @@ class EGraphView:
 
     def with_slow(self, slow: frozenset[int]) -> EGraphView:
         """The same e-graph with `slow` inputs treated as constants (for hoisting)."""
-        return EGraphView(
-            self.nodes, self.classes, self.shapes, self.dtypes, self.outputs, self.touched, frozenset(slow)
-        )
+        return dataclasses.replace(self, slow=frozenset(slow), _const={}, _gen={}, _outputs=None)
 
 
 def _closure(view: EGraphView, holds: Callable[[Node, dict[str, bool]], bool]) -> dict[str, bool]:
