@@ -135,8 +135,10 @@ class Optimized(Stages):
         return self._undonated(*args, **kwargs)
 
     def _jit_options(self) -> dict[str, Any]:
+        """jax.jit's options, both spellings resolved; no names given as None, which jax.jit takes
+        for a function whose signature cannot be read (`max`), as it takes jax.jit(max)."""
         keys = ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames")
-        return {k: getattr(self, k) for k in keys}
+        return {k: getattr(self, k) or (() if k.endswith("nums") else None) for k in keys}
 
     def _new_fast(self) -> Any:
         """A jax.jit of `_inline`, through a function of its own (jax caches traces by function: a

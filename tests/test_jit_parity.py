@@ -394,3 +394,11 @@ def test_the_rewritten_program_keeps_the_users_named_scopes():
     # a product only the rewrite made is named as jaxrw's; the chain's result as the user's
     assert "jit(f)/jaxrw/dot_general" in text and "jit(f)/attention/dot_general" in text
     assert relative_error(opt(A, v), jax.jit(f)(A, v)) < 1e-5
+
+
+def test_a_callable_without_a_readable_signature_is_taken_as_jax_jit_takes_it():
+    # optimize(max) raised jax's "Getting the signature of function ... failed" at decoration
+    for wrap in (jax.jit, jaxrw.optimize):
+        f = wrap(max)  # a builtin: inspect.signature cannot read it
+        with pytest.raises(jax.errors.TracerBoolConversionError, match="function max"):
+            f(jnp.ones(()), jnp.zeros(()))
