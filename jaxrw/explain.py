@@ -453,14 +453,15 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
             status = "unused"
         elif any(c not in nmap for c in cs):
             status = "unknown"
-        else:
-            status = "kept"
-            for c in cs:
-                fc = view.nodes[nmap[c]].eclass
-                if fc not in live_after_set:
-                    status = "removed" if status == "kept" else status
-                elif choice[fc] != nmap[c]:
-                    status = "rewritten"
+        else:  # by the outputs that were used: one unused as written (eigh's vectors) says nothing
+            used = [(nmap[c], view.nodes[nmap[c]].eclass) for c in cs if c in live_before_set]
+            gone = [fc not in live_after_set for _, fc in used]
+            if all(gone):
+                status = "removed"
+            elif any(gone) or any(choice[fc] != nid for nid, fc in used if fc in live_after_set):
+                status = "rewritten"
+            else:
+                status = "kept"
         if eqn.effects:  # made as written: a call, or a loop kept by a hidden output (bound once)
             status = "kept"
         infos.append(EquationInfo(i, eqn.primitive.name, _eqn_text(eqn), compat.source_line(eqn), status))

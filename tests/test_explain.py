@@ -433,3 +433,18 @@ def test_the_disable_switch_is_reported_as_the_first_call_read_it(monkeypatch):
     assert ex.status == "rewritten" and "JAXRW_DISABLE" not in repr(ex)
     g = jaxrw.optimize(chain)  # no call yet: the variable as it is now
     assert "JAXRW_DISABLE is set" in g.report(*args).schedule
+
+
+@pytest.mark.parametrize("kind", ["eigh", "fori"])
+def test_an_equation_whose_other_output_was_never_used_is_not_removed(kind):
+    # eigh's vectors, a fori_loop's counter: unused as written, they marked a running equation
+    # "removed" (a region "eigh×1 -> -", gain ∞; a new user's try)
+    if kind == "eigh":
+        fn, args = (lambda M: jnp.linalg.eigh(M)[0] * 2), (jnp.eye(8) * 2.0,)
+    else:
+        A, x = _rand(3, (64, 64), (64,))
+        fn, args = (lambda A, x: jax.lax.fori_loop(0, 5, lambda i, y: y + 0.01 * (A @ (A @ y)), x)), (A, x)
+    ex = jaxrw.explain(fn, *args)
+    check_invariants(ex)
+    assert "removed" not in {e.status for e in ex.equations}
+    assert not ex.regions and "∞" not in str(ex)
