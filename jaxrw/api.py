@@ -237,7 +237,8 @@ class Optimized(Stages):
             install_hot(self, entry, key, args, kwargs, leaves)
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not compat.traced(leaves):
-            check_outputs(result, entry.expected(self._jitted, args, kwargs, leaves), fn_name(self.fn))
+            want = entry.expected(self._jitted, args, kwargs, leaves)
+            check_outputs(result, want, fn_name(self.fn), self.numerics)
         return result
 
     def python_path_only(self) -> Optimized:

@@ -26,16 +26,19 @@ def tolerance(dtype: Any) -> float:
     return 0.0
 
 
-def relative_error(got: Any, want: Any) -> float:
+def relative_error(got: Any, want: Any, nonfinite_kind: bool = True) -> float:
     """||got - want|| / ||want|| in float64, complex128 for complex values (0 when both are zero;
-    inf when shapes differ or NaN/Inf appear in one but not the other)."""
+    inf when shapes differ or NaN/Inf appear in one but not the other, or, with `nonfinite_kind`,
+    differ in kind: NaN against ±Inf)."""
     g, w = np.asarray(got), np.asarray(want)
     wide = np.complex128 if np.iscomplexobj(g) or np.iscomplexobj(w) else np.float64  # keep imaginary parts
     g, w = g.astype(wide), w.astype(wide)
     if g.shape != w.shape:
         return float("inf")
     gf, wf = np.isfinite(g), np.isfinite(w)
-    if not np.array_equal(gf, wf) or not np.array_equal(g[~gf], w[~wf], equal_nan=True):
+    if not np.array_equal(gf, wf):
+        return float("inf")
+    if nonfinite_kind and not np.array_equal(g[~gf], w[~wf], equal_nan=True):
         return float("inf")
     num = np.linalg.norm(g[gf] - w[gf])  # Inf - Inf is never computed
     den = np.linalg.norm(w[wf])
@@ -44,14 +47,17 @@ def relative_error(got: Any, want: Any) -> float:
     return float(num / den)
 
 
-def check_outputs(got: Any, want: Any, name: str) -> None:
+def check_outputs(got: Any, want: Any, name: str, numerics: str = "strict") -> None:
     """`verify`: raise VerificationError unless every output of the rewritten program is within
-    its dtype's tolerance of jax.jit's (PRNG keys: their bits, exactly)."""
+    its dtype's tolerance of jax.jit's (PRNG keys: their bits, exactly) and finite exactly where
+    jax.jit's is; a NaN where jax.jit has ±Inf, or the other way round, only under "strict" (the
+    other modes allow that swap: docs/numerics.md, "Inf and NaN")."""
     got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    kind = numerics == "strict"
     for i, (g, w) in enumerate(zip(got_leaves, want_leaves, strict=True)):
         if jax.dtypes.issubdtype(w.dtype, jax.dtypes.extended):
             g, w = jax.random.key_data(g), jax.random.key_data(w)
-        tol, err = tolerance(jax.numpy.asarray(w).dtype), relative_error(g, w)
+        tol, err = tolerance(jax.numpy.asarray(w).dtype), relative_error(g, w, nonfinite_kind=kind)
         if err > tol:
             raise VerificationError(
                 f"{name}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}"

@@ -168,6 +168,34 @@ def test_verify_passes_on_a_correct_program():
     np.testing.assert_allclose(opt(a, b, c), a @ b + a @ c, rtol=1e-4, atol=1e-3)
 
 
+def test_verify_takes_the_nan_inf_swap_the_numerics_allow():
+    # like terms turn jax.jit's NaN into -Inf (docs/numerics.md allows it under "default"), and
+    # verify=True raised VerificationError on the user's call (a new user's try)
+    def fn(A, B, x):
+        return 2.0 * (A @ B @ x) - 3.0 * (A @ B @ x)
+
+    A, B = jnp.ones((64, 64)), jnp.ones((64, 64))
+    x = jnp.ones(64).at[5].set(jnp.inf)
+    got = jaxrw.optimize(fn, verify=True, strict=True)(A, B, x)
+    want = jax.jit(fn)(A, B, x)
+    assert np.isnan(want).all() and np.isneginf(got).all()  # the swap itself, as documented
+    y = jnp.ones(64)
+    np.testing.assert_allclose(jaxrw.optimize(fn, verify=True)(A, B, y), -(A @ B @ y), rtol=1e-5)
+
+
+def test_verify_still_holds_finiteness_and_under_strict_the_kind():
+    from jaxrw.tolerance import check_outputs
+
+    nan, inf = jnp.array([1.0, jnp.nan]), jnp.array([1.0, -jnp.inf])
+    check_outputs(inf, nan, "f", "default")
+    check_outputs(inf, nan, "f", "fast")
+    with pytest.raises(VerificationError, match="relative error inf"):
+        check_outputs(inf, nan, "f", "strict")
+    for numerics in ("strict", "default", "fast"):  # finite where jax.jit's is not: never taken
+        with pytest.raises(VerificationError, match="relative error inf"):
+            check_outputs(jnp.array([1.0, 2.0]), nan, "f", numerics)
+
+
 def test_works_inside_jit_grad_and_vmap():
     A, B, C = _rand(8, (16, 16), (16, 16), (16, 16))
 
