@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExplanationViews", "dot_available", "fmt_cost", "fmt_bytes", "hoisted_sets_text", "speedup_text"]
+__all__ = ["ExplanationViews", "dot_available", "fmt_cost", "fmt_bytes", "hoisted_text", "speedup_text"]
 
 # Fill colors of graph nodes by kind (original program: kept/rewritten/removed; optimized: kept/new).
 COLORS = {
@@ -50,10 +50,16 @@ def fmt_cost(x: float | None, model: str = "roofline") -> str:
     return f"{x:.3g}"
 
 
-def hoisted_sets_text(sets: int) -> str:
-    """What a report's hoisted row adds where several parameter sets in turn may each keep values."""
+def hoisted_text(nbytes: int, sets: int, in_loop: bool, priced: bool = False) -> str:
+    """A report's hoisted row: values kept between calls for hoisted arguments (with what several
+    parameter sets in turn may each keep), or, for a loop's body, its loop-invariant work, computed
+    once per call before the loop and kept nowhere after it. `priced`: say how the model priced it."""
+    price = " (priced as free: the unchanged row's gain)" if priced else ""
+    if in_loop:
+        return f"{fmt_bytes(nbytes)} of loop-invariant work moved before the loop, once per call{price}"
     times = {2: "twice", 3: "three times", 4: "four times"}.get(sets, f"{sets} times")
-    return f" ({times} that for {sets} parameter sets in turn)" if sets > 1 else ""
+    turn = f" ({times} that for {sets} parameter sets in turn)" if sets > 1 else ""
+    return f"{fmt_bytes(nbytes)} of parameter-only work kept between calls{price}{turn}"
 
 
 def fmt_bytes(n: int) -> str:
@@ -100,14 +106,8 @@ class ExplanationViews:
                 ),
             ]
             if rep.get("hoisted_bytes"):
-                rows.append(
-                    (
-                        "hoisted",
-                        f"{fmt_bytes(rep['hoisted_bytes'])} of parameter-only work kept "
-                        "between calls (priced as free: the unchanged row's gain)"
-                        + hoisted_sets_text(rep.get("hoisted_sets", 0)),
-                    )
-                )
+                sets, in_loop = rep.get("hoisted_sets", 0), rep.get("hoisted_in_loop", False)
+                rows.append(("hoisted", hoisted_text(rep["hoisted_bytes"], sets, in_loop, priced=True)))
             rows += [(label, rep[key]) for label, key in NOTE_ROWS if rep.get(key)]
         if self.measured:
             m = self.measured

@@ -448,3 +448,19 @@ def test_an_equation_whose_other_output_was_never_used_is_not_removed(kind):
     check_invariants(ex)
     assert "removed" not in {e.status for e in ex.equations}
     assert not ex.regions and "∞" not in str(ex)
+
+
+def test_loop_invariant_work_of_a_body_is_not_called_kept_between_calls():
+    # a body's A @ B moved before the loop was shown with hoist_argnums' words: "parameter-only
+    # work kept between calls (four times that for 4 parameter sets in turn)" (a new user's try)
+    def scanf(A, B, X):
+        return jax.lax.scan(lambda c, _: (0.5 * (A @ B @ c) + 0.5 * c, None), X, None, length=10)[0]
+
+    A, B, X = jnp.ones((256, 256)) / 256, jnp.eye(256), jnp.ones((256, 4))
+    ex = jaxrw.explain(scanf, A, B, X)
+    (body,) = ex.bodies
+    assert body.report["hoisted_in_loop"] and body.report["hoisted_bytes"] == 256 * 256 * 4
+    text = str(ex)
+    assert "moved before the loop, once per call" in text
+    assert "kept between calls" not in text and "parameter sets in turn" not in text
+    assert "moved before the loop" in repr(jaxrw.optimize(scanf).report(A, B, X).bodies[0])

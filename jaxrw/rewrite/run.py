@@ -116,6 +116,7 @@ class RewriteReport:
     autotune: dict[str, Any] | None = None  # winner, median times, whether from the disk cache
     hoisted_bytes: int = 0  # size of the values kept between calls for hoisted arguments
     hoisted_sets: int = 0  # parameter sets whose values may be kept at once (Hoisted.sets)
+    hoisted_in_loop: bool = False  # a loop body's: its loop-invariant work, done once per call
     bodies: list[RewriteReport] = field(default_factory=list)  # control-flow bodies, recursively
     hoist_note: str = ""
     nonfinite_note: str = ""  # why numerics="default" fell back to exact rules (nonfinite.py)
@@ -145,9 +146,7 @@ class RewriteReport:
         self.schedule = "jax.jit: fallback"
 
     def rows(self) -> list[tuple[str, str]]:
-        from ..explain_render import fmt_bytes, fmt_cost, hoisted_sets_text, speedup_text
-
-        sets = hoisted_sets_text(self.hoisted_sets)
+        from ..explain_render import fmt_cost, hoisted_text, speedup_text
 
         before, after = (
             fmt_cost(self.cost_before, self.cost_model),
@@ -169,7 +168,7 @@ class RewriteReport:
             ]
             + ([("autotune", _autotune_row(self.autotune))] if self.autotune else [])
             + (
-                [("hoisted", f"{fmt_bytes(self.hoisted_bytes)} kept between calls{sets}")]
+                [("hoisted", hoisted_text(self.hoisted_bytes, self.hoisted_sets, self.hoisted_in_loop))]
                 if self.hoisted_bytes
                 else []
             )
@@ -203,6 +202,7 @@ class RewriteReport:
             "autotune": self.autotune,
             "hoisted_bytes": self.hoisted_bytes,
             "hoisted_sets": self.hoisted_sets,
+            "hoisted_in_loop": self.hoisted_in_loop,
             "hoist_note": self.hoist_note,
             "nonfinite_note": self.nonfinite_note,
             "schedule": self.schedule,
@@ -507,7 +507,8 @@ def rewrite_jaxpr(
         report.phase_s["decode"] = time.perf_counter() - t
         return again(**same, _note=report.hoist_note)
     report.hoisted_bytes = hoisted.nbytes if hoisted is not None else 0
-    if hoisted is not None:  # parameter sets in turn get values of their own while they fit
+    report.hoisted_in_loop = _body and hoisted is not None
+    if hoisted is not None and not _body:  # parameter sets in turn get values of their own while they fit
         report.hoisted_sets = hoisted.fit(max_hoist_bytes)
     report.phase_s["decode"] = time.perf_counter() - t
     report.rewritten = True
