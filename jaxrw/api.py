@@ -376,7 +376,8 @@ class Optimized(Stages):
         one warning. Returns the reason, for `Entry.fall_back`."""
         if self.strict:
             raise err if err is cause else err from cause
-        warn_user(f"jaxrw: falling back to jax.jit for {fn_name(self.fn)}: {err}")
+        if not self._keep:  # explain's copy: the explanation says so itself (its calls warned once)
+            warn_user(f"jaxrw: falling back to jax.jit for {fn_name(self.fn)}: {err}")
         return str(err)
 
     def _check_arguments(self, args: tuple, kwargs: dict) -> None:
@@ -489,7 +490,7 @@ class Optimized(Stages):
                 slow=slow,
                 max_hoist_bytes=self.max_hoist_bytes,
             )
-            if result.report.hoist_note and slow:
+            if result.report.hoist_note and slow and not self._keep:
                 warn_user(f"jaxrw: {fn_name(self.fn)}: {result.report.hoist_note}")
             if tune and result.program is not None:  # not encoded (size limit): nothing to tune
                 from .rewrite.autotune import apply_autotune, options_key

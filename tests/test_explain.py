@@ -390,7 +390,8 @@ def test_programs_never_encoded_are_explained_without_a_warning(caplog):
 
 def test_notes_of_the_report_and_the_disable_switch_are_shown(monkeypatch):
     A, v = _rand(8, (64, 64), (64, 2))
-    with pytest.warns(UserWarning, match="max_hoist_bytes"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said by the explanation, not again as a warning
         ex = jaxrw.explain(lambda a, b, x: a @ b @ x, A, A, v, hoist_argnums=(0, 1), max_hoist_bytes=100)
     assert "max_hoist_bytes 100" in repr(ex) and "hoisting" in repr(ex)
     monkeypatch.setenv("JAXRW_DISABLE", "1")
@@ -464,3 +465,20 @@ def test_loop_invariant_work_of_a_body_is_not_called_kept_between_calls():
     assert "moved before the loop, once per call" in text
     assert "kept between calls" not in text and "parameter sets in turn" not in text
     assert "moved before the loop" in repr(jaxrw.optimize(scanf).report(A, B, X).bodies[0])
+
+
+def test_explain_of_a_signature_that_fell_back_does_not_warn_again():
+    # each explain repeated "falling back to jax.jit" after the call's one warning (a new user's try)
+    def logged(A, x):
+        io_callback(lambda v: None, None, A @ A @ x)
+        return A @ A @ x
+
+    A, x = jnp.ones((8, 8)), jnp.ones(8)
+    f = jaxrw.optimize(logged)
+    with pytest.warns(UserWarning, match="falling back to jax.jit"):
+        f(A, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ex = f.explain(A, x)
+        ex_fresh = jaxrw.explain(logged, A, x)
+    assert ex.status == ex_fresh.status == "fallback" and "effect" in ex.note
