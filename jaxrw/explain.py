@@ -261,7 +261,9 @@ def _explained(
     )
     wheres = _distinct([w for w, _ in result.bodies])
     ex.bodies = [
-        _explained(f"{name} / {w}", b.closed, b, model, options, sites, where=w)
+        _explained(
+            f"{name} / {w}", b.closed if b.written is None else b.written, b, model, options, sites, where=w
+        )
         for w, (_, b) in zip(wheres, result.bodies, strict=True)
     ]
     if result.fn is not None:

@@ -387,3 +387,23 @@ def test_explain_shows_a_loop_kept_by_its_hidden_output_as_kept():
     ex = jaxrw.explain(f, A, v, numerics=FAST)
     rows = [(e.primitive, e.status) for e in ex.equations]
     assert rows[0] == ("while", "kept") and ("dot_general", "rewritten") in rows
+
+
+def test_explain_shows_a_bodys_calls_in_their_places():
+    # a body was explained from its program without the calls: the table and jaxpr lacked them
+    def f(A, v):
+        def body(c, i):
+            c = A @ A @ c
+            jax.lax.cond(i % 2 == 0, lambda z: jax.debug.print("{}", z.sum()), lambda z: None, c)
+            jax.debug.print("step {}", i)
+            return c, None
+
+        return jax.lax.scan(body, v, jnp.arange(4))[0]
+
+    A, v = _matrices(64, seed=6)
+    ex = jaxrw.explain(f, A, v, numerics=FAST)
+    (body,) = ex.bodies
+    rows = [(e.primitive, e.status) for e in body.equations]
+    assert rows[-2:] == [("cond", "kept"), ("debug_print", "kept")]
+    assert ("dot_general", "rewritten") in rows and "debug_print" in body.jaxpr_before
+    assert [e.index for e in body.equations] == list(range(len(rows)))

@@ -225,6 +225,7 @@ class RewriteResult:
     bodies: list[tuple[str, RewriteResult]] = field(default_factory=list)
     # the program as written without its jax.debug calls, for verify=True (rewrite/effects.py)
     reference: Callable[..., list[Any]] | None = None
+    written: Any = None  # the program as written, calls and all, where `closed` is it without them
 
 
 def _stage(name: str, fn: Callable, *args: Any, **kw: Any) -> Any:
@@ -392,7 +393,9 @@ def rewrite_jaxpr(
         # user code the e-graph does not model, so what it reads keeps jax.jit's non-finite values
         cone = cone_outputs | calls.value_outputs()
         kw = dict(force=force, control_flow=control_flow, _note=why, _exact_note=_exact_note)
-        return calls.applied(rewrite_jaxpr(pure, **same, **kw, cone_outputs=cone, _split=True), pure)
+        result = calls.applied(rewrite_jaxpr(pure, **same, **kw, cone_outputs=cone, _split=True), pure)
+        result.written = closed  # a body's explanation shows its calls in their places
+        return result
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
