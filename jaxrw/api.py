@@ -24,7 +24,14 @@ from . import compat, hoist, signature
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError, raised_in_a_callback
 from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, handoff_schedule, install_hot, slow_leaves
 from .logs import fn_name, warn_user
-from .options import both_spellings, checked_options, disabled, hoisted_arguments, resolve_argnums
+from .options import (
+    both_spellings,
+    checked_options,
+    disabled,
+    hoisted_arguments,
+    param_names,
+    resolve_argnums,
+)
 from .prologue import KeptValues
 from .rewrite.cost import CostModel
 from .rewrite.decode import check_decoded
@@ -38,6 +45,20 @@ from .tolerance import check_outputs, relative_error, tolerance
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
 
 log = logging.getLogger("jaxrw")
+
+
+def _named_programs(result: Any, fn: Callable) -> None:
+    """The rewritten program's functions named as the user's `fn` (its prologue as `f_prologue`):
+    what the Python call path compiles (verify, schedules, hoisting) reads `jit(f)` in XLA's logs
+    and profiles too."""
+    compat.named_as(result.fn, fn)
+    if result.reference is not None:
+        compat.named_as(result.reference, fn, "_reference")
+    hoisted = getattr(result.fn, "hoisted", None)
+    if hoisted is not None:
+        compat.named_as(hoisted.prologue, fn, "_prologue")
+        compat.named_as(hoisted.main_used, fn)
+        compat.named_as(hoisted.main, fn)
 
 
 class _BuildOutside(Exception):
@@ -95,14 +116,15 @@ class Optimized(Stages):
         if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
             self.__class__ = Optimized
         self._wraps(self.fn)
-        for k in ("static_argnums", "donate_argnums", "hoist_argnums"):  # negative ones, as jax.jit
-            setattr(self, k, resolve_argnums(self.fn, getattr(self, k), k))
+        # names completed from the indices as given (a negative one names by jax.jit's count)
         self.static_argnums, self.static_argnames = both_spellings(
             self.fn, self.static_argnums, self.static_argnames
         )
         self.donate_argnums, self.donate_argnames = both_spellings(
             self.fn, self.donate_argnums, self.donate_argnames
         )
+        for k in ("static_argnums", "donate_argnums", "hoist_argnums"):  # negative ones, as jax.jit
+            setattr(self, k, resolve_argnums(self.fn, getattr(self, k), k))
         self.donors = (*self.donate_argnums, *self.donate_argnames)  # leaf owners (index or name)
         statics = (*self.static_argnums, *self.static_argnames)
         hoisted = hoisted_arguments(self.fn, self.hoist_argnums, self.hoist_argnames, statics, self.donors)
@@ -135,10 +157,14 @@ class Optimized(Stages):
         return self._undonated(*args, **kwargs)
 
     def _jit_options(self) -> dict[str, Any]:
-        """jax.jit's options, both spellings resolved; no names given as None, which jax.jit takes
-        for a function whose signature cannot be read (`max`), as it takes jax.jit(max)."""
+        """jax.jit's options, both spellings resolved (given both, jax.jit infers neither); for a
+        function whose signature cannot be read (`max`), no names as None, as jax.jit(max) has it
+        (jax.jit asks a signature of any names given, even none)."""
         keys = ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames")
-        return {k: getattr(self, k) or (() if k.endswith("nums") else None) for k in keys}
+        opts = {k: getattr(self, k) for k in keys}
+        if not param_names(self.fn) and not opts["static_argnames"] and not opts["donate_argnames"]:
+            opts["static_argnames"] = opts["donate_argnames"] = None
+        return opts
 
     def _new_fast(self) -> Any:
         """A jax.jit of `_inline`, through a function of its own (jax caches traces by function: a
@@ -157,7 +183,7 @@ class Optimized(Stages):
         # named as the user's function (jax's program names, errors and argument names read it
         # through __wrapped__); `inline` takes *args: jit cannot map donated keyword arguments
         # itself (donate_argnames)
-        functools.update_wrapper(inline, self.fn, updated=())
+        compat.named_as(inline, self.fn, signature=True)
         fast = tuned_jit(inline, self._fast_mode, **self._jit_options())
         fast, self._fast_nested = without_frame(fast)
         return fast
@@ -501,6 +527,7 @@ class Optimized(Stages):
                 apply_autotune(result, closed, flat, inputs, self.autotune_k, key, self.max_hoist_bytes)
             if result.fn is not None:
                 check_decoded(result.fn, specs, closed)
+                _named_programs(result, self.fn)
         except Exception as e:  # noqa: BLE001 - never break the user's program
             why = self._fall_back(e if isinstance(e, JaxrwError) else RewriteStageError("optimize", e), e)
             kept = (closed, None, None) if self._keep else None
@@ -523,7 +550,7 @@ class Optimized(Stages):
             report.schedule = f"{mode}: {why}"
             report.phase_s["schedule"] = time.perf_counter() - t_schedule
         else:
-            original = lambda *xs: jax.tree_util.tree_leaves(flat(*xs))  # noqa: E731
+            original = compat.named_as(lambda *xs: jax.tree_util.tree_leaves(flat(*xs)), self.fn)
             fn = result.fn if result.fn is not None else original
             try:
                 if report.rewritten and not tune:  # autotune measured already

@@ -242,7 +242,23 @@ def fun_name(fn: Any) -> str:
     """jax.jit's name for `fn`: its `__name__`, a partial's function's, else "<unnamed function>"."""
     from jax._src.util import fun_name as jax_fun_name
 
-    return jax_fun_name(fn)
+    name = jax_fun_name(fn)
+    return name if isinstance(name, str) else "<unnamed function>"  # an object's __getattr__ may lie
+
+
+def named_as(wrapper: Any, fn: Any, suffix: str = "", signature: bool = False) -> Any:
+    """`wrapper` (a function of jaxrw's that jax.jit compiles) named as the user's `fn` (plus
+    `suffix`), so XLA's program names, compile logs and profiles read `jit(f)`, not jaxrw's
+    `jit(inline)`; with `signature`, also its `__wrapped__`, through which jax reads `fn`'s
+    parameters (argument names in errors, static and donated names). Returns `wrapper`."""
+    name = fun_name(fn) + suffix
+    try:  # names only: never a reason to fail (an object may refuse new attributes)
+        wrapper.__name__ = wrapper.__qualname__ = name
+        if signature:
+            wrapper.__wrapped__ = fn
+    except (AttributeError, TypeError):
+        pass
+    return wrapper
 
 
 class Source(NamedTuple):

@@ -123,7 +123,7 @@ class Layout:
                     raise mismatch(f"got {_spelled(leaf_key(x))}, bound with {_spelled(keys[i])}")
             return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values, nested=True))
 
-        body.__name__ = body.__qualname__ = compat.fun_name(opt.fn)  # the program's name in XLA's
+        compat.named_as(body, opt.fn)  # the program's name in XLA's logs: jit(f)
         kw = {
             "static_argnums": self.shifted(opt.static_argnums),
             "static_argnames": opt.static_argnames,

@@ -221,8 +221,12 @@ def both_spellings(
     by_index = param_names(fn)
     by_name = {name: i for i, name in by_index.items()}
     more_nums = {*nums, *(by_name[k] for k in names if k in by_name)}
-    more_names = [*names, *(by_index[i] for i in sorted(nums) if i in by_index and by_index[i] not in names)]
-    return tuple(sorted(more_nums)), tuple(more_names)
+    # a negative index names the parameter it reaches counted from the end of all of them,
+    # keyword-only ones too (jax.jit's rule): -1 of f(x, y, *, z) names none, so a `y=` passed by
+    # keyword is not taken (only a second positional argument is)
+    n_all = len(_parameters(fn) or [])
+    named = [k for i, k in sorted(by_index.items()) if (i in nums or i - n_all in nums) and k not in names]
+    return tuple(sorted(more_nums)), (*names, *named)
 
 
 def output_problem(path: str, option: str, suffixes: tuple[str, ...] = ()) -> str | None:

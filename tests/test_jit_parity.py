@@ -4,6 +4,8 @@ disable_jit, threads, donation under transformations, what a signature keeps ali
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -402,3 +404,58 @@ def test_a_callable_without_a_readable_signature_is_taken_as_jax_jit_takes_it():
         f = wrap(max)  # a builtin: inspect.signature cannot read it
         with pytest.raises(jax.errors.TracerBoolConversionError, match="function max"):
             f(jnp.ones(()), jnp.zeros(()))
+
+
+def test_a_negative_index_names_what_jax_jit_names():
+    # -1 of f(x, y, *, z) names no parameter in jax.jit (it counts all of them): y passed by
+    # keyword is neither donated nor static there; jaxrw took it as both (a review's repro)
+    def f(x, y, *, z=1.0):
+        return x @ x @ y * z
+
+    x = jnp.ones((4, 4))
+    for wrap in (jax.jit, jaxrw.optimize):
+        y = jnp.ones((4, 4))
+        wrap(f, donate_argnums=-1)(x, y=y)
+        assert not y.is_deleted()
+        assert wrap(f, static_argnums=-1)(x, y=jnp.ones((4, 4))).shape == (4, 4)
+        y = jnp.ones((4, 4))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+            wrap(f, donate_argnums=-1)(x, y)  # by position it is donated
+        assert y.is_deleted()
+
+
+class _Lying:
+    """A callable object whose attribute lookup answers None for what it does not hold."""
+
+    def __init__(self, W):
+        self.W = W
+
+    def __getattr__(self, name):
+        return None
+
+    def __call__(self, x):
+        return x @ self.W @ self.W
+
+
+@pytest.mark.parametrize("opts", [{}, {"verify": True}], ids=["plain", "verify"])
+def test_odd_callables_are_named_as_jax_jit_names_them(opts, caplog):
+    # a partial compiled as jit(inline) and verify's programs as jit(run)/jit(<lambda>); an object
+    # whose __getattr__ answers None made the name copy raise TypeError at decoration (a review)
+    import functools
+
+    W, x = _r(9, 8, 8), _r(10, 2, 8)
+
+    def loss(W, x):
+        return x @ W @ W
+
+    for fn, args in ((functools.partial(loss, W), (x,)), (_Lying(W), (x,))):
+        want = []
+        for wrap in (jax.jit, lambda f: jaxrw.optimize(f, **opts)):
+            caplog.clear()
+            with jax.log_compiles(True), caplog.at_level("WARNING", logger="jax"):
+                got = wrap(fn)(*args)
+            logged = [r.getMessage() for r in caplog.records]
+            want.append({m.split("Compiling ")[1].split(" ")[0] for m in logged if "Compiling " in m})
+            np.testing.assert_allclose(got, loss(W, x), rtol=1e-5, atol=1e-5)
+        assert want[1] and want[1] <= want[0] | {"jit(loss_reference)"}, want
