@@ -364,8 +364,9 @@ class _Encoder:
             if name in _CUSTOM_CALLS and _elementwise_call(eqn):
                 self.saturating_operands(ins)
                 return [self.t(Tensor.op, Str(ELEMENTWISE_CALL), self.param(eqn.primitive, p), Vec(ins))]
-            if name in COVERED:
-                self.saturating_operands(ins)
+            if name in COVERED or name in nonfinite.VALUE_IDENTITIES:
+                if name not in nonfinite.VALUE_IDENTITIES or self.out_cone(eqn):
+                    self.saturating_operands(ins)  # an identity's operand: only where its value is
                 return [self.t(Tensor.op, Str(name), self.param(eqn.primitive, p), Vec(ins))]
         self.saturating_operands(ins)
         idx = len(self.eqns)

@@ -28,7 +28,10 @@ from egglog.runtime import RuntimeExpr
 from .. import compat
 from .terms import Tensor, analysis, dtype
 
-__all__ = ["cone", "touched", "guard", "unsafe_classes", "saturating_children", "facts", "STACK_RULES_UP_TO"]
+__all__ = [
+    *("cone", "touched", "guard", "unsafe_classes", "saturating_children", "facts"),
+    *("STACK_RULES_UP_TO", "VALUE_IDENTITIES"),
+]
 
 # f(NaN), f(+Inf) and f(-Inf) are all non-finite: a NaN/Inf swap below stays non-finite above
 TRANSPARENT_UNARY = frozenset(
@@ -76,11 +79,20 @@ def _positional(op: str, param: Any, operands: Sequence[Any]) -> Sequence[Any] |
     return None
 
 
+# ops whose result is their operand's value (a placement, a copy): a NaN/Inf swap below them is
+# the same swap above, so they saturate nothing; their operands join a cone only where their
+# result does (the encoder asks the program's cone, `saturating_children` the final e-graph's)
+VALUE_IDENTITIES = frozenset({"sharding_constraint", "reshard", "copy", "copy_p", "stop_gradient"})
+
+
 def saturating_children(op: str, attrs: tuple, children: tuple[str, ...]) -> tuple[str, ...]:
     """The operands of one e-node (graph.Node fields) that a saturating op reads. `op` and
-    `opaque` count as saturating in all operands (their semantics are not modelled)."""
+    `opaque` count as saturating in all operands (their semantics are not modelled), but for the
+    value identities (`VALUE_IDENTITIES`: their operands reach a cone through their own class)."""
     if op == "unary":
         return () if attrs[0] in TRANSPARENT_UNARY else children
+    if op == "op" and attrs and attrs[0] in VALUE_IDENTITIES:
+        return ()
     if op in ("binary", "reduce_max", "reduce_min", "op", "opaque"):
         return children
     got = _positional(op, attrs[0] if attrs else None, children)
@@ -196,6 +208,7 @@ _TRANSPARENT_PRIMITIVES = TRANSPARENT_UNARY | {
     *("slice", "dynamic_slice", "dynamic_update_slice", "reshape", "broadcast_in_dim", "squeeze"),
     *("expand_dims", "reduce_sum", "cumsum", "rev", "copy", "copy_p", "stop_gradient"),
     *("reduce_precision", "stack"),
+    *VALUE_IDENTITIES,
 }
 
 
