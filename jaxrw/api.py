@@ -111,6 +111,9 @@ class Optimized(Stages):
     _hot_path_off: bool = _state(False)  # it met another signature: not used again
     _prologues: KeptValues = _state(None)  # every prologue value kept, bounded by max_hoist_bytes
     _undonated: Any = _state(None)  # this function without donation (`_without_donation`)
+    # where a call's arrays were split along an inner axis (tensor parallel): every signature is
+    # then kept as written (signature.split_inner_axis; read at the first call and at each build)
+    _split_note: str = _state("")
 
     def __post_init__(self):
         if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
@@ -195,6 +198,8 @@ class Optimized(Stages):
             return self._without_donation(*args, **kwargs)
         if self._fast_state == "unknown":  # JAXRW_DISABLE is read once, at the first call
             self._fast_state = "disabled" if disabled() else "on" if self._fast_path() else "off"
+            # the arrays' placement: inside the fast path's trace a tracer does not show it
+            self._split_note = signature.split_inner_axis(jax.tree_util.tree_leaves((args, kwargs)))
         if self._fast_state in ("on", "jit"):  # first: it is the path of most calls (µs count here)
             try:
                 return self._fast(*args, **kwargs)
@@ -504,6 +509,7 @@ class Optimized(Stages):
             owners = leaf_owners(in_tree, kwargs, self.static_argnums, self.static_argnames)
             slow = slow_leaves(self, owners, leaves)
             tune = self.autotune and not compat.traced(leaves) and not closed.effects  # it would run them
+            self._split_note = self._split_note or signature.split_inner_axis(leaves)
             result = rewrite_jaxpr(
                 closed,
                 rules=self.rules,
@@ -515,6 +521,7 @@ class Optimized(Stages):
                 force=tune,  # autotune measures instead of trusting the guard's prediction
                 slow=slow,
                 max_hoist_bytes=self.max_hoist_bytes,
+                sharded=self._split_note,
             )
             if result.report.hoist_note and slow and not self._keep:
                 warn_user(f"jaxrw: {fn_name(self.fn)}: {result.report.hoist_note}")

@@ -97,6 +97,28 @@ def explicit_sharding(aval: Any) -> Any:
     return sharding if sharding is not None and getattr(sharding.mesh, "explicit_axes", ()) else None
 
 
+def split_inner_axis(leaves: list) -> str:
+    """Where a call's arrays are split over several devices along an axis other than their first
+    (a tensor-parallel layout: column-split weights), said in words; "" where none is (replicated,
+    one device, or split along the batch axis alone). Read from concrete arrays, and from tracers
+    on meshes with Explicit axes (elsewhere a tracer's placement is XLA's to choose)."""
+    for i, x in enumerate(leaves):
+        if compat.is_tracer(x):
+            placed = explicit_sharding(compat.get_aval(x))
+            if placed is None:
+                continue
+            axes, n = [a for a, part in enumerate(placed.spec) if part is not None], placed.mesh.size
+        elif isinstance(x, jax.Array) and not x.sharding.is_fully_replicated:  # over several devices
+            shard, n = x.sharding.shard_shape(x.shape), len(x.sharding.device_set)
+            axes = [a for a, (part, whole) in enumerate(zip(shard, x.shape, strict=True)) if part < whole]
+        else:
+            continue
+        if any(a > 0 for a in axes):
+            where = f"argument leaf {i} {compat.get_aval(x).str_short()}"
+            return f"{where} is split over {n} devices along axis {max(axes)}"
+    return ""
+
+
 def spec(x: Any) -> Any:
     """The ShapeDtypeStruct a leaf is traced as (with its sharding where that is part of its type)."""
     aval = compat.get_aval(x)

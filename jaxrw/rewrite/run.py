@@ -53,6 +53,7 @@ class StopReason(enum.Enum):
     SIZE_LIMIT = "size limit"  # the program has more equations than limits.equations: not encoded
     ZERO_SIZE = "zero-size arrays"  # a value has no elements: kept as written (see rewrite_jaxpr)
     EFFECTS = "side effects"  # a body whose effects are not taken apart (rewrite/effects.py): kept
+    SHARDED = "tensor-parallel arguments"  # split along an inner axis: kept (docs/multi-gpu.md)
     FAILED = "failed"  # optimize raised before a program was chosen: jax.jit runs (report.fallback)
 
 
@@ -354,6 +355,7 @@ def rewrite_jaxpr(
     max_hoist_bytes: int = DEFAULT_MAX_HOIST_BYTES,
     control_flow: bool = True,
     cone_outputs: frozenset[int] = frozenset(),
+    sharded: str = "",
     _note: str = "",
     _exact_note: str = "",
     _deadline: float | None = None,
@@ -367,6 +369,8 @@ def rewrite_jaxpr(
     `max_hoist_bytes` of hoisted values, nothing is hoisted and the report says why.
     `control_flow` rewrites the bodies of scan/while/cond too (recursively, see control.py).
     `cone_outputs`: outputs that reach a saturating op outside (a body's; nonfinite.py).
+    `sharded`: where the call's arrays are split along an inner axis (signature.split_inner_axis):
+    the program is kept as written, since the cost model prices no communication.
     `limits.time_s` bounds the signature's saturation as a whole: control-flow bodies and a rerun
     (exact rules only, or nothing hoisted) take what is left of it (`_deadline`).
     `_split`: `closed` is a program whose jax.debug calls were taken out (loops that make some
@@ -402,7 +406,9 @@ def rewrite_jaxpr(
     report = RewriteReport(cost_model=model.name, hoist_note=_note, nonfinite_note=_exact_note)
     n_eqns = count_equations(closed.jaxpr)
     kept = None  # why the program is kept as written without being encoded
-    if n_eqns > limits.equations:
+    if sharded:  # a rewrite there changed output shardings and added collectives (0.4x on CPU)
+        kept = StopReason.SHARDED, f"{sharded} (tensor parallel): kept as written (docs/multi-gpu.md)"
+    elif n_eqns > limits.equations:
         note = f"{n_eqns} equations > limits.equations {limits.equations}: not rewritten"
         kept = StopReason.SIZE_LIMIT, note
     elif _deadline is not None and time.perf_counter() >= deadline:  # a body or rerun, too late
