@@ -120,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-rounds",
         type=positive_int,
         default=None,
-        help="rounds in all while jaxrw's speedup interval straddles 0.98x (default: --repeats at the "
-        "small size, 6x --repeats at the large size)",
+        help="rounds in all while jaxrw's speedup interval straddles 0.98x (default: --repeats, at "
+        "least 6 (the fewest for a 95%% interval), at the small size; 6x --repeats at the large size)",
     )
     b.add_argument(
         "--sample-ms",

@@ -40,6 +40,9 @@ from .case import Case, Instance
 from .report import AT_LEAST, MATCHED, matched_speedup, paired_speedup, speedup_interval
 from .timing import measure
 
+# the fewest rounds for which a 95% interval of the median exists (measure.median_interval)
+MIN_INTERVAL_ROUNDS = 6
+
 __all__ = [
     "Options",
     "run_case",
@@ -86,9 +89,12 @@ class Options:
         return 20.0 if self.size == "small" else 300.0
 
     def round_limit(self) -> int:
+        """Rounds in all while a speedup's interval straddles 0.98x: at the small size enough for
+        the interval to exist (MIN_INTERVAL_ROUNDS; with the default 5 repeats every case read
+        "unresolved ... too few rounds", a 15x one too), at the large size 6x the repeats."""
         if self.max_rounds is not None:
             return max(self.max_rounds, self.repeats)
-        return self.repeats if self.size == "small" else 6 * self.repeats
+        return max(self.repeats, MIN_INTERVAL_ROUNDS) if self.size == "small" else 6 * self.repeats
 
     def sample_seconds(self) -> float:
         if self.sample_s is not None:

@@ -140,6 +140,9 @@ def test_settle_takes_no_rounds_at_the_small_size_by_default(monkeypatch):
     assert len(timings["jaxrw"].samples) == 11 and rec["notes"] == []
     assert runner.Options(size="large", repeats=5).round_limit() == 30
     assert runner.Options(size="large", repeats=5, max_rounds=2).round_limit() == 5  # never below repeats
+    # the small size: the 6 rounds a 95% interval needs (with 5, make bench read "unresolved" for all)
+    assert runner.Options(size="small", repeats=5).round_limit() == runner.MIN_INTERVAL_ROUNDS == 6
+    assert runner.Options(size="small", repeats=11).round_limit() == 11
 
 
 @pytest.mark.parametrize("rounds", [0, 3])
