@@ -98,7 +98,8 @@ def load_suites() -> None:
 def select(suite: str = "all", pattern: str | None = None) -> list[Case]:
     """Cases of `suite` ('all', one suite or a comma-separated list, run in that order) whose name
     matches the glob or substring `pattern` (or any of a comma-separated list). A pattern that is
-    a case's whole name selects that case alone: `--case llama288` is not also llama288_hoist."""
+    a case's whole name selects that case alone: `--case llama288` is not also llama288_hoist.
+    A pattern may name the suite as the tables do: `algebra/chain_mv`, `merge/*`."""
     load_suites()
     names = [s.strip() for s in suite.split(",") if s.strip()] or ["all"]
     for s in names:
@@ -107,13 +108,24 @@ def select(suite: str = "all", pattern: str | None = None) -> list[Case]:
     order = list(SUITES) if "all" in names else list(dict.fromkeys(names))
     cases = [c for s in order for c in CASES.values() if c.suite == s]  # registration order within a suite
     if pattern:
-        pats = [p.strip() for p in pattern.split(",") if p.strip()]
+        # "suite/name", as the tables and results name a case, matches within that suite
+        pats = [tuple(p.strip().rsplit("/", 1)) if "/" in p else ("*", p.strip()) for p in pattern.split(",")]
+        pats = [(sp, p) for sp, p in pats if p]
         valid = sorted(c.name for c in cases)
-        loose = [p for p in pats if p not in valid]  # globs and substrings; whole names match alone
-        matched = [c for c in cases if any(fnmatch.fnmatch(c.name, p) or p in c.name for p in loose)]
-        cases = [c for c in cases if c.name in pats or c in matched]
+        exact = {(sp, p) for sp, p in pats if p in valid}  # whole names match alone
+        cases = [
+            c
+            for c in cases
+            if any(fnmatch.fnmatch(c.suite, sp) for sp, p in exact if p == c.name)
+            or any(
+                fnmatch.fnmatch(c.suite, sp) and (fnmatch.fnmatch(c.name, p) or p in c.name)
+                for sp, p in pats
+                if (sp, p) not in exact
+            )
+        ]
         if not cases:
-            raise InvalidOptionError(f"no case of suite {suite!r} matches {pattern!r}; valid: {valid!r}")
+            named = sorted(f"{c.suite}/{c.name}" for c in select(suite))
+            raise InvalidOptionError(f"no case of suite {suite!r} matches {pattern!r}; valid: {named!r}")
     return cases
 
 

@@ -102,8 +102,13 @@ def test_select_by_suite_and_pattern():
     assert {c.name for c in select("models", "llama288_")} == {"llama288_hoist", "llama288_const"}
     assert {c.name for c in select("models", "nasrnn_args,llama4096")} == {"nasrnn_args", "llama4096"}
     assert {c.name for c in select("algebra", "chain*")} >= {"chain_mv", "chain4", "chain_rect", "chain_left"}
-    with pytest.raises(InvalidOptionError, match=r"'nope'.*valid: \["):
+    # as the tables and results name a case ("--case algebra/chain_mv" was refused: a new user)
+    assert [(c.suite, c.name) for c in select("all", "algebra/chain_mv")] == [("algebra", "chain_mv")]
+    assert {c.suite for c in select("all", "merge/*")} == {"merge"}
+    with pytest.raises(InvalidOptionError, match=r"'nope'.*valid: \['algebra/"):
         select("algebra", "nope")
+    with pytest.raises(InvalidOptionError, match="'models/chain_mv'"):
+        select("all", "models/chain_mv")
     with pytest.raises(InvalidOptionError, match=r"'graphs'.*'algebra'"):
         select("graphs")
 
