@@ -117,6 +117,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..options import output_problem
 
+    if args.output is not None and not args.output.strip():  # an unset $OUT: not the default profile
+        ap.error(
+            "--output '' is empty; give a .json path, or leave --output out to save the device's default"
+        )
+    if args.quick and args.output is None:  # small sizes, few samples: not every later decision's
+        ap.error(
+            "--quick measures small sizes with few samples: give --output PATH to save it, not as the default"
+        )
     kind = compat.device_kind()
     target = Path(args.output).expanduser() if args.output else cache_dir() / f"profile-{kind}.json"
     problem = output_problem(str(target), "--output" if args.output else "the cache file", (".json",))

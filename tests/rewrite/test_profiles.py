@@ -24,8 +24,12 @@ def test_efficiency_grows_with_size():
 
 
 def test_calibrate_saves_a_profile_used_by_default(tmp_path, monkeypatch, capsys):
+    import jaxrw.rewrite.calibrate as cal
+
     monkeypatch.setenv("JAXRW_CACHE_DIR", str(tmp_path))
-    assert main(["--quick"]) == 0
+    real = cal.calibrate
+    monkeypatch.setattr(cal, "calibrate", lambda quick=False: real(quick=True))  # measured quickly here
+    assert main([]) == 0
     saved = tmp_path / "profile-cpu.json"
     assert saved.exists() and "saved" in capsys.readouterr().out
     prof = profiles.default_profile("cpu")
@@ -168,3 +172,15 @@ def test_calibrate_refuses_an_unwritable_output_before_measuring(tmp_path, monke
     with pytest.raises(SystemExit) as info:
         main(["--quick", "--output", str(out)])
     assert info.value.code == 2 and "--output" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--output", ""], ["--output", " "], ["--quick"]])
+def test_calibrate_never_makes_an_empty_path_or_a_quick_run_the_default(monkeypatch, capsys, argv):
+    # --output "" (an unset $OUT) saved the device kind's default profile, which every later
+    # optimize reads; --quick (2x apart between two runs) did too (a new user's try)
+    import jaxrw.rewrite.calibrate as cal
+
+    monkeypatch.setattr(cal, "calibrate", lambda **k: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and ("empty" in capsys.readouterr().err or "--quick" in " ".join(argv))
