@@ -364,7 +364,8 @@ def table(result: dict) -> Any:
                 f"{suite}/{r['case']}",
                 fmt_time(_variant(r, "jax.jit", "median_s")),
                 fmt_time(_variant(r, "jaxrw", "median_s")),
-                _colored(r.get("speedup")),
+                # kept as written: not colored as a gain or a loss (the same program, compiled apart)
+                f"[dim]{r['speedup']:.2f}x kept[/dim]" if same_program(r) else _colored(r.get("speedup")),
                 "[dim]same[/dim]" if same_program(r) else _colored(r.get("speedup_in_jit")),
                 fmt_x(r.get("hand_speedup")),
                 _err(r),
@@ -417,9 +418,15 @@ def plot(result: dict, path: str) -> None:
         color="#c8c8c8",
         label="hand-optimized",
     )
-    colors = [
-        "#2a9d4b" if (m == m and m >= FASTER) else "#d1495b" if (m == m and m <= SLOWER) else "#5c7cfa"
-        for m in mine
+    colors = [  # a program kept as written in gray: its ratio is two compilations of one program
+        "#9e9e9e"
+        if same_program(r)
+        else "#2a9d4b"
+        if (m == m and m >= FASTER)
+        else "#d1495b"
+        if (m == m and m <= SLOWER)
+        else "#5c7cfa"
+        for r, m in zip(rs, mine, strict=True)
     ]
     ax.barh(
         ys,
@@ -437,6 +444,8 @@ def plot(result: dict, path: str) -> None:
             ax.text(1, y, f"  {why}", va="center", fontsize=7, color="#555")
         elif not r.get("numerics_ok", True):  # a speedup of a wrong result is no gain: said on the bar
             ax.text(m, y, "  ✗ outside the error tolerance", va="center", fontsize=7, color="#d1495b")
+        elif same_program(r):
+            ax.text(max(m, 1.0), y, "  kept as written", va="center", fontsize=7, color="#555")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     finite = [v for v in mine + hand + in_jit if v == v and v > 0]

@@ -180,3 +180,21 @@ def test_summarize_plot_takes_an_existing_folder_with_a_dot(tmp_path, capsys):
     (tmp_path / "plots.v2").mkdir()
     assert summarize.main([str(tmp_path / "r.json"), "--plot", str(tmp_path / "plots.v2")]) == 0
     assert (tmp_path / "plots.v2" / "r.png").exists()
+
+
+def test_a_program_kept_as_written_is_not_shown_as_a_gain(tmp_path):
+    # a kept case's 1.13x (two compilations of one program) was green in the table and the plot
+    kept = {**_rec("kept", 1.13), "report": {"rewritten": False, "stop_reason": "saturated"}}
+    done = {**_rec("done", 1.5), "report": {"rewritten": True, "stop_reason": "saturated"}}
+    result = {"meta": {k: "x" for k in summarize.META_KEYS}, "cases": [kept, done], "summary": {}}
+    from rich.console import Console
+
+    console = Console(width=250, record=True)
+    console.print(report.table(result))
+    text = console.export_text(clear=False)
+    assert "1.13x kept" in text and "1.50x" in text
+    styled = console.export_text(styles=True)
+    assert "1.13x kept" in styled and "\x1b[32m1.13x" not in styled  # not green
+    pytest.importorskip("matplotlib")
+    report.plot(result, str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").stat().st_size > 0
