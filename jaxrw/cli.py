@@ -158,7 +158,7 @@ def _bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .bench.case import select
-    from .bench.report import plot, table
+    from .bench.report import COMPACT_BELOW, plot, table
     from .bench.runner import Options, run
     from .errors import InvalidOptionError
     from .options import disabled, output_problem
@@ -229,7 +229,7 @@ def _bench(args: argparse.Namespace) -> int:
             if not args.quiet:
                 console.print(f"wrote {path}")
     if not args.quiet:
-        console.print(table(result))
+        console.print(table(result, compact=console.width < COMPACT_BELOW))
         _footer(console, result, opts)
     if result["meta"].get("interrupted"):
         return 130

@@ -317,8 +317,14 @@ def _colored(x: float | None) -> str:
     return f"[{color}]{x:.2f}x[/{color}]" if color else f"{x:.2f}x"
 
 
-def table(result: dict) -> Any:
-    """A rich Table of one run's records, with a geometric-mean row after each suite."""
+# the columns a narrow terminal keeps (an 80-column one folded eleven into "9…" and 3-letter lines)
+COMPACT_COLUMNS = ("case", "jax.jit", "jaxrw", "speedup", "hand")
+COMPACT_BELOW = 150  # terminal columns
+
+
+def table(result: dict, compact: bool = False) -> Any:
+    """A rich Table of one run's records, with a geometric-mean row after each suite; `compact`:
+    the COMPACT_COLUMNS alone (rules, notes and the rest are in --json and a wider terminal)."""
     from rich.table import Table
 
     meta = result["meta"]
@@ -326,8 +332,11 @@ def table(result: dict) -> Any:
         title=f"jaxrw bench — {meta['device']} ({meta['platform']}), {meta['size']} sizes, {meta['dtype']}, "
         f"jax {meta['jax']}",
         title_justify="left",
+        caption="compact: rules, notes, errors and in-jit times in a wider terminal or --json"
+        if compact
+        else None,
     )
-    for col, kw in (
+    columns = (
         ("case", {"no_wrap": True}),
         ("jax.jit", {"justify": "right"}),
         ("jaxrw", {"justify": "right"}),
@@ -339,8 +348,14 @@ def table(result: dict) -> Any:
         ("e-graph", {"justify": "right"}),
         ("stop", {}),
         ("rules fired", {"overflow": "fold", "ratio": 1}),
-    ):
-        t.add_column(col, **kw)
+    )
+    keep = [i for i, (col, _) in enumerate(columns) if not compact or col in COMPACT_COLUMNS]
+    for i in keep:
+        t.add_column(columns[i][0], **columns[i][1])
+
+    def add_row(*cells: Any, **kw: Any) -> None:
+        t.add_row(*(cells[i] for i in keep), **kw)
+
     # speedups over matched rounds, and the summary of them (a recorded run's stored ones may be
     # medians over different rounds, or summarized by older rules)
     cases = [with_matched_speedups(r) for r in result["cases"]]
@@ -350,17 +365,22 @@ def table(result: dict) -> Any:
         t.add_section()
         for r in rs:
             if r["status"] == "skipped":
-                t.add_row(
-                    f"{suite}/{r['case']}", *[""] * 9, f"[yellow]skipped: {'; '.join(r['notes'])}[/yellow]"
+                add_row(
+                    f"{suite}/{r['case']}",
+                    "[yellow]skipped[/yellow]",
+                    *[""] * 8,
+                    f"[yellow]skipped: {'; '.join(r['notes'])}[/yellow]",
                 )
                 continue
             if r["status"] != "ok":
-                t.add_row(f"{suite}/{r['case']}", *[""] * 9, f"[red]error: {r['error']}[/red]")
+                add_row(
+                    f"{suite}/{r['case']}", "[red]error[/red]", *[""] * 8, f"[red]error: {r['error']}[/red]"
+                )
                 continue
             rep = r.get("report") or {}
             notes = case_notes(r)
             rules = rules_summary(rep) or (f"fallback: {r['fallback']}" if r.get("fallback") else "")
-            t.add_row(
+            add_row(
                 f"{suite}/{r['case']}",
                 fmt_time(_variant(r, "jax.jit", "median_s")),
                 fmt_time(_variant(r, "jaxrw", "median_s")),
@@ -376,7 +396,7 @@ def table(result: dict) -> Any:
             )
         for s in summary.values():
             if s["suite"] == suite:
-                t.add_row(
+                add_row(
                     f"[bold]{suite} geomean[/bold] ({s['timed']}/{s['cases']})",
                     "",
                     "",

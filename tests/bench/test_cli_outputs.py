@@ -198,3 +198,18 @@ def test_a_program_kept_as_written_is_not_shown_as_a_gain(tmp_path):
     pytest.importorskip("matplotlib")
     report.plot(result, str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_an_80_column_terminal_gets_a_table_it_can_show():
+    # eleven columns folded into "9…" and notes three letters a line (a new user's try)
+    recs = [{**_rec("algebra_case_with_a_long_name", 15.6), "report": {"rewritten": True, "stop_reason": "x"}}]
+    recs.append({**_rec("failed", None), "status": "error", "error": "boom"})
+    result = {"meta": {k: "x" for k in summarize.META_KEYS}, "cases": recs, "summary": {}}
+    from rich.console import Console
+
+    console = Console(width=80, record=True)
+    console.print(report.table(result, compact=True))
+    text = console.export_text()
+    assert "s/algebra_case_with_a_long_name" in text and "15.60x" in text and "…" not in text
+    assert "error" in text and "wider terminal" in text
+    assert max(map(len, text.splitlines())) <= 80
