@@ -66,10 +66,22 @@ def _nonempty(text: str) -> str:
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
 
+def _version() -> str:
+    """jaxrw's installed version, with the jax it runs on."""
+    import importlib.metadata as md
+
+    try:
+        mine = md.version("jaxrw")
+    except md.PackageNotFoundError:
+        mine = "(not installed)"
+    return f"{mine} (jax {md.version('jax')})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="jaxrw", description="Rewrite JAX programs into faster equivalent forms."
     )
+    ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

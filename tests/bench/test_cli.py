@@ -208,3 +208,9 @@ def test_optimization_table_reports_time_per_thousand_equations():
     text = summarize.optimization_table({"cases": [rec]})
     assert "| m | 500 | 2.00 | 4.0 | 1.50 / 0.40 / 0.10 / 0.05 | 900 | saturated |" in text
     assert summarize.optimization_table({"cases": []}) == ""
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("jaxrw ")
