@@ -202,7 +202,8 @@ def test_a_program_kept_as_written_is_not_shown_as_a_gain(tmp_path):
 
 def test_an_80_column_terminal_gets_a_table_it_can_show():
     # eleven columns folded into "9…" and notes three letters a line (a new user's try)
-    recs = [{**_rec("algebra_case_with_a_long_name", 15.6), "report": {"rewritten": True, "stop_reason": "x"}}]
+    long = _rec("algebra_case_with_a_long_name", 15.6)
+    recs = [{**long, "report": {"rewritten": True, "stop_reason": "x"}}]
     recs.append({**_rec("failed", None), "status": "error", "error": "boom"})
     result = {"meta": {k: "x" for k in summarize.META_KEYS}, "cases": recs, "summary": {}}
     from rich.console import Console
