@@ -18,7 +18,6 @@ import re
 import time
 
 import jax
-import jax.numpy as jnp
 
 from jaxrw import optimize
 
