@@ -10,7 +10,6 @@ makes every optimize a plain jax.jit.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 import types
@@ -38,27 +37,13 @@ from .rewrite.decode import check_decoded
 from .rewrite.profiles import Profile, default_profile, get_profile
 from .rewrite.run import DEFAULT_MAX_HOIST_BYTES, Limits, RewriteReport, rewrite_jaxpr
 from .schedule.xla_modes import XLA_MODES, is_nested_options_error, tuned_jit, without_frame
-from .signature import Entry, as_written, leaf_keys, leaf_owners, spec, static_key, trace_config
+from .signature import Entry, as_written, leaf_keys, leaf_owners, spec
 from .stages import Stages
 from .tolerance import check_outputs, relative_error, tolerance
 
 __all__ = ["optimize", "Optimized", "tolerance", "relative_error"]
 
 log = logging.getLogger("jaxrw")
-
-
-def _named_programs(result: Any, fn: Callable) -> None:
-    """The rewritten program's functions named as the user's `fn` (its prologue as `f_prologue`):
-    what the Python call path compiles (verify, schedules, hoisting) reads `jit(f)` in XLA's logs
-    and profiles too."""
-    compat.named_as(result.fn, fn)
-    if result.reference is not None:
-        compat.named_as(result.reference, fn, "_reference")
-    hoisted = getattr(result.fn, "hoisted", None)
-    if hoisted is not None:
-        compat.named_as(hoisted.prologue, fn, "_prologue")
-        compat.named_as(hoisted.main_used, fn)
-        compat.named_as(hoisted.main, fn)
 
 
 class _BuildOutside(Exception):
@@ -118,7 +103,7 @@ class Optimized(Stages):
     def __post_init__(self):
         if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
             self.__class__ = Optimized
-        self._wraps(self.fn)
+        compat.wraps_as(self, self.fn)
         # names completed from the indices as given (a negative one names by jax.jit's count)
         self.static_argnums, self.static_argnames = both_spellings(
             self.fn, self.static_argnums, self.static_argnames
@@ -135,19 +120,6 @@ class Optimized(Stages):
         self._jitted = jax.jit(self.fn, **self._jit_options())
         self._fast = self._new_fast()
         self._prologues = KeptValues(self.max_hoist_bytes, fn_name(self.fn))
-
-    def _wraps(self, fn: Any) -> None:
-        """Named as `fn` (jax.jit's names for a partial or a callable object where it has none),
-        with `fn`'s attributes where they are not this object's own: copied over them, a callable
-        object's `fn` or `schedule` (or an optimized function's state) replaced this one's."""
-        functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
-        for name, value in getattr(fn, "__dict__", {}).items():
-            if name not in self.__dict__ and not hasattr(type(self), name):
-                setattr(self, name, value)
-        if "__name__" not in self.__dict__:
-            self.__name__ = compat.fun_name(fn)
-        if "__qualname__" not in self.__dict__:
-            self.__qualname__ = self.__name__
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:  # a method: bound, as jax.jit's are
         return self if obj is None else types.MethodType(self, obj)  # its attributes reach through
@@ -472,21 +444,7 @@ class Optimized(Stages):
     # -- internals --------------------------------------------------------------------------
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:
         """(dynamic args and kwargs, hashable static values and the config that changes a trace)."""
-        if not (kwargs or self.static_argnums):
-            return (args, {}), trace_config()
-        static_pos = set(self.static_argnums)
-        dyn_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
-        statics = []
-        for i in sorted(static_pos):
-            if i < len(args):
-                statics.append((i, static_key(args[i], f"argument {i}")))
-        dyn_kwargs = {}
-        for k, v in sorted(kwargs.items()):
-            if k in self.static_argnames:
-                statics.append((k, static_key(v, f"argument {k!r}")))
-            else:
-                dyn_kwargs[k] = v
-        return (dyn_args, dyn_kwargs), (*statics, *trace_config())
+        return signature.split_statics(args, kwargs, self.static_argnums, self.static_argnames)
 
     def _flat_fn(self, args: tuple, kwargs: dict, in_tree: Any) -> Callable:
         statics = (self.static_argnums, self.static_argnames)
@@ -534,7 +492,7 @@ class Optimized(Stages):
                 apply_autotune(result, closed, flat, inputs, self.autotune_k, key, self.max_hoist_bytes)
             if result.fn is not None:
                 check_decoded(result.fn, specs, closed)
-                _named_programs(result, self.fn)
+                signature.name_programs(result, self.fn)
         except Exception as e:  # noqa: BLE001 - never break the user's program
             why = self._fall_back(e if isinstance(e, JaxrwError) else RewriteStageError("optimize", e), e)
             kept = (closed, None, None) if self._keep else None

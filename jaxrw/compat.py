@@ -246,6 +246,22 @@ def fun_name(fn: Any) -> str:
     return name if isinstance(name, str) else "<unnamed function>"  # an object's __getattr__ may lie
 
 
+def wraps_as(obj: Any, fn: Any) -> None:
+    """`obj` (an optimized function) named as `fn` (jax.jit's names for a partial or a callable
+    object where it has none), with `fn`'s attributes where they are not `obj`'s own: copied over
+    them, a callable object's `fn` or `schedule` (or an optimized function's state) replaced its."""
+    import functools
+
+    functools.update_wrapper(obj, fn, updated=())
+    for name, value in getattr(fn, "__dict__", {}).items():
+        if name not in obj.__dict__ and not hasattr(type(obj), name):
+            setattr(obj, name, value)
+    if "__name__" not in obj.__dict__:
+        obj.__name__ = fun_name(fn)
+    if "__qualname__" not in obj.__dict__:
+        obj.__qualname__ = obj.__name__
+
+
 def named_as(wrapper: Any, fn: Any, suffix: str = "", signature: bool = False) -> Any:
     """`wrapper` (a function of jaxrw's that jax.jit compiles) named as the user's `fn` (plus
     `suffix`), so XLA's program names, compile logs and profiles read `jit(f)`, not jaxrw's

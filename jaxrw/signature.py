@@ -227,3 +227,39 @@ def flat_function(
         return fn(*full, **{k: static_kw[k] if k in static_kw else dyn_kwargs[k] for k in names})
 
     return flat
+
+
+def split_statics(
+    args: tuple, kwargs: dict, static_argnums: tuple, static_argnames: tuple
+) -> tuple[tuple, tuple]:
+    """A call's (dynamic args and kwargs, hashable static values and the config that changes a
+    trace): what its signature is keyed and traced by."""
+    if not (kwargs or static_argnums):
+        return (args, {}), trace_config()
+    static_pos = set(static_argnums)
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in static_pos)
+    statics = []
+    for i in sorted(static_pos):
+        if i < len(args):
+            statics.append((i, static_key(args[i], f"argument {i}")))
+    dyn_kwargs = {}
+    for k, v in sorted(kwargs.items()):
+        if k in static_argnames:
+            statics.append((k, static_key(v, f"argument {k!r}")))
+        else:
+            dyn_kwargs[k] = v
+    return (dyn_args, dyn_kwargs), (*statics, *trace_config())
+
+
+def name_programs(result: Any, fn: Callable) -> None:
+    """A rewrite's functions named as the user's `fn` (its prologue as `f_prologue`): what the
+    Python call path compiles (verify, schedules, hoisting) reads `jit(f)` in XLA's logs and
+    profiles, as jax.jit's program does."""
+    compat.named_as(result.fn, fn)
+    if result.reference is not None:
+        compat.named_as(result.reference, fn, "_reference")
+    hoisted = getattr(result.fn, "hoisted", None)
+    if hoisted is not None:
+        compat.named_as(hoisted.prologue, fn, "_prologue")
+        compat.named_as(hoisted.main_used, fn)
+        compat.named_as(hoisted.main, fn)
