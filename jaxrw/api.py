@@ -129,6 +129,7 @@ class Optimized(Stages):
         rewrite keeps in a donated buffer is then read deleted (jax.jit of that form fails alike)."""
         if self._undonated is None:
             self._undonated = dataclasses.replace(self, donate_argnums=(), donate_argnames=(), _cache={})
+            self._undonated._split_note = self._split_note
         return self._undonated(*args, **kwargs)
 
     def _jit_options(self) -> dict[str, Any]:

@@ -182,6 +182,7 @@ def explain(
     else:
         opt, call_kw = optimize(fn, **opts), {}
     clone = dataclasses.replace(opt, _cache={}, _keep=True)
+    clone._split_note = opt._split_note  # a tensor-parallel first call keeps every signature as written
     clone._fast_state = "disabled" if opt._is_disabled() else "off"  # JAXRW_DISABLE as opt's calls read it
     t0 = time.perf_counter()
     report = clone.report(*args, **call_kw)

@@ -4,6 +4,7 @@ signature (`Entry`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -107,15 +108,25 @@ def split_inner_axis(leaves: list) -> str:
             placed = explicit_sharding(compat.get_aval(x))
             if placed is None:
                 continue
-            axes, n = [a for a, part in enumerate(placed.spec) if part is not None], placed.mesh.size
+            sizes = dict(zip(placed.mesh.axis_names, placed.mesh.axis_sizes, strict=True))
+            ways = {
+                a: math.prod(sizes[m] for m in ((part,) if isinstance(part, str) else part))
+                for a, part in enumerate(placed.spec)
+                if part is not None
+            }
         elif isinstance(x, jax.Array) and not x.sharding.is_fully_replicated:  # over several devices
-            shard, n = x.sharding.shard_shape(x.shape), len(x.sharding.device_set)
-            axes = [a for a, (part, whole) in enumerate(zip(shard, x.shape, strict=True)) if part < whole]
+            shard = x.sharding.shard_shape(x.shape)
+            ways = {
+                a: whole // part for a, (part, whole) in enumerate(zip(shard, x.shape, strict=True)) if part
+            }
         else:
             continue
-        if any(a > 0 for a in axes):
-            where = f"argument leaf {i} {compat.get_aval(x).str_short()}"
-            return f"{where} is split over {n} devices along axis {max(axes)}"
+        inner = {a: n for a, n in ways.items() if a > 0 and n > 1}  # a mesh axis of size 1 splits nothing
+        if inner:
+            a = max(inner)
+            return (
+                f"argument leaf {i} {compat.get_aval(x).str_short()} is split {inner[a]} ways along axis {a}"
+            )
     return ""
 
 

@@ -47,7 +47,7 @@ def test_a_tensor_parallel_call_is_kept_as_written_with_jax_jits_shardings(specs
     assert got.sharding.is_equivalent_to(want.sharding, got.ndim)
     report = opt.report(*args)
     assert not report.rewritten and report.stop_reason is StopReason.SHARDED
-    assert "split over 4 devices along axis 1" in report.guard_note
+    assert "split 4 ways along axis 1" in report.guard_note
 
 
 def test_a_batch_split_call_is_still_rewritten():
@@ -79,3 +79,39 @@ def test_an_explicit_mesh_lora_layer_runs_without_a_fallback():
             got = jaxrw.optimize(lora, strict=True)(x, W, A, B)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert got.sharding.spec == want.sharding.spec
+
+
+def test_a_function_with_a_debug_call_is_kept_too():
+    # the program without its calls was rewritten again without the note (a review's repro)
+    def printing(x, A, B, v):
+        jax.debug.print("x {}", x.sum())
+        return _chain(x, A, B, v)
+
+    args = _placed((P(), P(None, "m"), P(), P()), _rand(3, (64, 64), (64, 64), (64, 64), (64, 8)))
+    opt = jaxrw.optimize(printing, strict=True)
+    np.testing.assert_allclose(opt(*args), jax.jit(printing)(*args), rtol=1e-5, atol=1e-5)
+    report = opt.report(*args)
+    assert not report.rewritten and report.stop_reason is StopReason.SHARDED
+
+
+def test_a_mesh_axis_of_size_one_splits_nothing():
+    # on an Explicit (4, 1) mesh, P('data', 'model') is data parallel: it was kept as tensor parallel
+    explicit = (jax.sharding.AxisType.Explicit,) * 2
+    mesh = jax.make_mesh((4, 1), ("data", "model"), axis_types=explicit, devices=jax.devices()[:4])
+    x, A, B, v = _rand(4, (64, 64), (64, 64), (64, 64), (64, 8))
+    with jax.set_mesh(mesh):
+        x = jax.device_put(x, P("data", "model"))
+        opt = jaxrw.optimize(_chain, strict=True)
+        got, want = opt(x, A, B, v), jax.jit(_chain)(x, A, B, v)
+        assert opt.report(x, A, B, v).rewritten
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_explain_keeps_what_the_calls_keep():
+    # explain's copy of the function lost the first call's note: it said "rewritten" (a review)
+    args = _placed((P(), P(None, "m"), P(), P()), _rand(5, (64, 64), (64, 64), (64, 64), (64, 8)))
+    opt = jaxrw.optimize(_chain)
+    opt(*args)
+    replicated = [jnp.ones((32, 64)), *_rand(6, (64, 64), (64, 64), (64, 8))]  # a new signature
+    assert not opt.report(*replicated).rewritten
+    assert opt.explain(*replicated).status == "kept"

@@ -385,7 +385,8 @@ def table(result: dict, compact: bool = False) -> Any:
                 fmt_time(_variant(r, "jax.jit", "median_s")),
                 fmt_time(_variant(r, "jaxrw", "median_s")),
                 # kept as written: not colored as a gain or a loss (the same program, compiled apart)
-                f"[dim]{r['speedup']:.2f}x kept[/dim]" if same_program(r) else _colored(r.get("speedup")),
+                (f"[dim]{r['speedup']:.2f}x kept[/dim]" if same_program(r) else _colored(r.get("speedup")))
+                + ("" if r.get("numerics_ok", True) else " [red]✗[/red]"),  # outside the tolerance: no gain
                 "[dim]same[/dim]" if same_program(r) else _colored(r.get("speedup_in_jit")),
                 fmt_x(r.get("hand_speedup")),
                 _err(r),

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.output is not None and not args.output.strip():  # an unset $OUT: not the default profile
         ap.error(
-            "--output '' is empty; give a .json path, or leave --output out to save the device's default"
+            f"--output {args.output!r} is empty; give a .json path, or leave it out for the device's default"
         )
     if args.quick and args.output is None:  # small sizes, few samples: not every later decision's
         ap.error(

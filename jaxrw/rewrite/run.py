@@ -387,6 +387,7 @@ def rewrite_jaxpr(
         limits=limits,
         numerics=numerics,
         max_hoist_bytes=max_hoist_bytes,
+        sharded=sharded,  # a program without its jax.debug calls is kept as written too
         _deadline=deadline,
     )
     split = split_callbacks(closed) if closed.effects and not _split else None  # jax.debug.print

@@ -205,6 +205,7 @@ def test_an_80_column_terminal_gets_a_table_it_can_show():
     long = _rec("algebra_case_with_a_long_name", 15.6)
     recs = [{**long, "report": {"rewritten": True, "stop_reason": "x"}}]
     recs.append({**_rec("failed", None), "status": "error", "error": "boom"})
+    recs.append({**_rec("wrong", 3.0, numerics=False), "report": {"rewritten": True, "stop_reason": "x"}})
     result = {"meta": {k: "x" for k in summarize.META_KEYS}, "cases": recs, "summary": {}}
     from rich.console import Console
 
@@ -212,5 +213,5 @@ def test_an_80_column_terminal_gets_a_table_it_can_show():
     console.print(report.table(result, compact=True))
     text = console.export_text()
     assert "s/algebra_case_with_a_long_name" in text and "15.60x" in text and "…" not in text
-    assert "error" in text and "wider terminal" in text
+    assert "error" in text and "wider terminal" in text and "3.00x ✗" in text  # outside the tolerance
     assert max(map(len, text.splitlines())) <= 80
