@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from typing import Any, NamedTuple
@@ -223,26 +224,27 @@ def traced_as(flat: Any, fn: Any, args: tuple, kwargs: dict, statics: tuple, n_l
     parameters (`mask`, `params['w']`), not jaxrw's wrapper and `leaves[1]`. jax reads a wrapper's
     debug info from `__fun_debug_info__` (api_util.save_wrapped_fun_debug_info, jax 0.11 and
     0.12); where the names do not map one to a leaf, `flat` is left as it is."""
-    from jax._src import api_util
+    try:  # names only: never a reason to fail (another jax may spell these otherwise)
+        from jax._src import api_util
 
-    try:
         static_argnums, static_argnames = statics
         info = api_util.debug_info(
             "jit", fn, args, kwargs, static_argnums=static_argnums, static_argnames=static_argnames
         )
-    except Exception:  # noqa: BLE001 - names only: never a reason to fail
-        return flat
-    names = info.arg_names
-    if names is not None and len(names) == n_leaves:
-        api_util.save_wrapped_fun_debug_info(flat, info)
+        names = info.arg_names
+        if names is not None and len(names) == n_leaves:
+            api_util.save_wrapped_fun_debug_info(flat, info)
+    except Exception:  # noqa: BLE001
+        pass
     return flat
 
 
 def fun_name(fn: Any) -> str:
     """jax.jit's name for `fn`: its `__name__`, a partial's function's, else "<unnamed function>"."""
-    from jax._src.util import fun_name as jax_fun_name
-
-    name = jax_fun_name(fn)
+    name = getattr(fn, "__name__", None)
+    while name is None and isinstance(fn, functools.partial):
+        fn = fn.func
+        name = getattr(fn, "__name__", None)
     return name if isinstance(name, str) else "<unnamed function>"  # an object's __getattr__ may lie
 
 
@@ -250,8 +252,6 @@ def wraps_as(obj: Any, fn: Any) -> None:
     """`obj` (an optimized function) named as `fn` (jax.jit's names for a partial or a callable
     object where it has none), with `fn`'s attributes where they are not `obj`'s own: copied over
     them, a callable object's `fn` or `schedule` (or an optimized function's state) replaced its."""
-    import functools
-
     functools.update_wrapper(obj, fn, updated=())
     for name, value in getattr(fn, "__dict__", {}).items():
         if name not in obj.__dict__ and not hasattr(type(obj), name):
