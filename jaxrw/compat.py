@@ -301,3 +301,11 @@ def written_at(source: Source | None) -> Any:
 
     name_stack = source_info_util.current_name_stack() + source.name_stack
     return source_info_util.user_context(source.traceback, name_stack=name_stack)
+
+
+def infer_argnums_and_argnames(sig: Any, argnums: Any, argnames: Any) -> tuple[tuple, tuple]:
+    """jax.jit's completion of static or donated arguments: the names of the given indices, or the
+    indices of the given names, through the signature `sig` (jax 0.11 and 0.12 alike)."""
+    from jax._src import api_util
+
+    return api_util.infer_argnums_and_argnames(sig, argnums, argnames)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import compat
 from .errors import (
     InvalidOptionError,
     check_argnums,
@@ -216,17 +217,11 @@ def both_spellings(
     through `fn`'s signature, as jax.jit completes static and donated arguments: an argument that
     can be passed either way is then taken however the call passes it. Where both are given, each
     is taken as given (jax.jit's rule too); unchanged where the signature cannot be read."""
-    if nums and names:
+    if (nums and names) or _parameters(fn) is None:
         return nums, names
-    by_index = param_names(fn)
-    by_name = {name: i for i, name in by_index.items()}
-    more_nums = {*nums, *(by_name[k] for k in names if k in by_name)}
-    # a negative index names the parameter it reaches counted from the end of all of them,
-    # keyword-only ones too (jax.jit's rule): -1 of f(x, y, *, z) names none, so a `y=` passed by
-    # keyword is not taken (only a second positional argument is)
-    n_all = len(_parameters(fn) or [])
-    named = [k for i, k in sorted(by_index.items()) if (i in nums or i - n_all in nums) and k not in names]
-    return tuple(sorted(more_nums)), (*names, *named)
+    # jax's own completion, so a negative index names what this jax.jit names (jax 0.12 counts it
+    # from the end of all parameters: -1 of f(x, y, *, z) names none; jax 0.11 names none for any)
+    return compat.infer_argnums_and_argnames(inspect.signature(fn), nums or None, names or None)
 
 
 def output_problem(path: str, option: str, suffixes: tuple[str, ...] = ()) -> str | None:

@@ -327,5 +327,5 @@ def test_streams_asked_for_off_cuda_is_refused_with_calls_too():
         jax.debug.callback(lambda s: None, v.sum())
         return A @ A @ v
 
-    with pytest.raises(ScheduleUnavailableError, match="needs a CUDA device"):
+    with pytest.raises(ScheduleUnavailableError, match="needs a CUDA device|needs jax.experimental.thunky"):
         jaxrw.optimize(f, schedule="streams", strict=True)(jnp.eye(8), jnp.ones((8, 2)))

@@ -240,9 +240,13 @@ def test_argnums_as_jax_jit_takes_them():
         return A @ A @ v * scale
 
     A, v = _r(16, 8, 8), _r(17, 8)
+    from jaxrw import compat
+
     for nums in (-1, np.int64(2), (np.int32(-1),)):
         opt = jaxrw.optimize(f, static_argnums=nums, strict=True)
-        assert opt.static_argnums == (2,) and opt.static_argnames == ("scale",)
+        # the name jax.jit completes: jax 0.11 names none for a negative index
+        named = ("scale",) if compat.JAX_VERSION >= (0, 12) or np.all(np.asarray(nums) >= 0) else ()
+        assert opt.static_argnums == (2,) and opt.static_argnames == named
         np.testing.assert_allclose(opt(A, v, 2.0), jax.jit(f, static_argnums=nums)(A, v, 2.0), rtol=1e-5)
     assert jaxrw.optimize(f, donate_argnums=-2).donate_argnums == (1,)
     with pytest.raises(jaxrw.JaxrwError, match="no \\*args"):
@@ -407,22 +411,31 @@ def test_a_callable_without_a_readable_signature_is_taken_as_jax_jit_takes_it():
 
 
 def test_a_negative_index_names_what_jax_jit_names():
-    # -1 of f(x, y, *, z) names no parameter in jax.jit (it counts all of them): y passed by
-    # keyword is neither donated nor static there; jaxrw took it as both (a review's repro)
+    # -1 of f(x, y, *, z) names no parameter in jax 0.12's jax.jit (it counts all of them): y
+    # passed by keyword is neither donated nor static there; jaxrw took it as both (a review)
+    from jaxrw import compat
+
+    if compat.JAX_VERSION < (0, 12):  # its jax.jit donates nothing for -1 even by position
+        pytest.skip("jax 0.11's jax.jit resolves negative indices otherwise")
+
     def f(x, y, *, z=1.0):
         return x @ x @ y * z
 
     x = jnp.ones((4, 4))
+    seen = []
     for wrap in (jax.jit, jaxrw.optimize):
         y = jnp.ones((4, 4))
         wrap(f, donate_argnums=-1)(x, y=y)
-        assert not y.is_deleted()
-        assert wrap(f, static_argnums=-1)(x, y=jnp.ones((4, 4))).shape == (4, 4)
-        y = jnp.ones((4, 4))
+        try:
+            static_by_keyword = wrap(f, static_argnums=-1)(x, y=jnp.ones((4, 4))).shape == (4, 4)
+        except ValueError:  # an array taken as a static value (jax 0.11's jax.jit names y)
+            static_by_keyword = False
+        y2 = jnp.ones((4, 4))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Some donated buffers were not usable")
-            wrap(f, donate_argnums=-1)(x, y)  # by position it is donated
-        assert y.is_deleted()
+            wrap(f, donate_argnums=-1)(x, y2)  # by position it is donated
+        seen.append((y.is_deleted(), static_by_keyword, y2.is_deleted()))
+    assert seen[1] == seen[0] and seen[0][2]
 
 
 class _Lying:
