@@ -349,28 +349,6 @@ def _eqn_text(eqn: Any) -> str:
     return f"{ins} -> {outs}"
 
 
-def _raw(egraph: Any) -> dict:
-    return json.loads(egraph._serialize(split_primitive_outputs=False).to_json())
-
-
-def _order_classes(raw: dict) -> dict[str, int]:
-    """Tensor e-class -> 0-based equation index, from the encoder's `order` facts."""
-    nodes = raw["nodes"]
-    by_class: dict[str, list[str]] = {}
-    for nid, n in nodes.items():
-        by_class.setdefault(n["eclass"], []).append(nid)
-    out = {}
-    for n in nodes.values():
-        if n["op"] != "order":
-            continue
-        value = next(
-            (nodes[v]["op"] for v in by_class[n["eclass"]] if nodes[v]["op"].lstrip("-").isdigit()), None
-        )
-        if value is not None:
-            out.setdefault(nodes[n["children"][0]]["eclass"], int(value) - 1)
-    return out
-
-
 def _node_map(src: Any, dst: Any) -> dict[str, str]:
     """Each class of the unrewritten view `src` -> the id of the same e-node in `dst` (an e-graph
     grown from it: its original nodes are still there, under canonical children)."""
@@ -397,7 +375,7 @@ def _rule_sites(program: Any, before: Any, rule: Any) -> set[str]:
     program.egraph.push()
     try:
         saturate(program, [rule], Limits(iterations=1), RewriteReport())
-        view = EGraphView.from_json(_raw(program.egraph))
+        view = EGraphView.from_egraph(program.egraph)
     finally:
         program.egraph.pop()
     nmap = _node_map(before, view)
@@ -425,9 +403,8 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
     eqns, at = (eqns, at) if at is not None else (eqns_encoded, range(len(eqns_encoded)))
     program = encode(encoded)
     program.egraph.run(analysis.saturate())
-    raw = _raw(program.egraph)
-    before = EGraphView.from_json(raw)
-    eqn_of = {c: at[i] for c, i in _order_classes(raw).items()}  # before class -> equation
+    before = EGraphView.from_egraph(program.egraph)
+    eqn_of = {c: at[i - 1] for c, i in before.order.items()}  # before class -> equation
     classes_of: dict[int, list[str]] = {}
     for c, i in eqn_of.items():
         classes_of.setdefault(i, []).append(c)

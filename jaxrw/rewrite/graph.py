@@ -113,7 +113,7 @@ class EGraphView:
                     (rnodes[v]["op"] for v in by_class[n["eclass"]] if rnodes[v]["op"].isdigit()), None
                 )
                 if number is not None:
-                    order[rnodes[n["children"][0]]["eclass"]] = int(number)
+                    order.setdefault(rnodes[n["children"][0]]["eclass"], int(number))
                 continue
             if op == "Out.of":
                 outputs[value(n["children"][0])] = rnodes[n["children"][1]]["eclass"]
