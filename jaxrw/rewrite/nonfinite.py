@@ -206,9 +206,8 @@ def unsafe_classes(view: Any, roots: Iterable[str] = ()) -> set[str]:
 _TRANSPARENT_PRIMITIVES = TRANSPARENT_UNARY | {
     *("add", "add_any", "sub", "mul", "neg", "dot_general", "transpose", "concatenate", "pad"),
     *("slice", "dynamic_slice", "dynamic_update_slice", "reshape", "broadcast_in_dim", "squeeze"),
-    *("expand_dims", "reduce_sum", "cumsum", "rev", "copy", "copy_p", "stop_gradient"),
-    *("reduce_precision", "stack"),
-    *VALUE_IDENTITIES,
+    *("expand_dims", "reduce_sum", "cumsum", "rev", "reduce_precision", "stack"),
+    *VALUE_IDENTITIES,  # copy, copy_p, stop_gradient, sharding constraints
 }
 
 
