@@ -34,14 +34,12 @@ from ..api import optimize, relative_error, tolerance
 from ..errors import Interrupt
 from ..hoist import HANDOFF_AFTER
 from ..options import disabled
+from ..rewrite.measure import MIN_INTERVAL_ROUNDS
 from ..rewrite.measure import settle as settle_pairs
 from ..rewrite.run import StopReason
 from .case import Case, Instance
 from .report import AT_LEAST, MATCHED, matched_speedup, paired_speedup, speedup_interval
 from .timing import measure
-
-# the fewest rounds for which a 95% interval of the median exists (measure.median_interval)
-MIN_INTERVAL_ROUNDS = 6
 
 __all__ = [
     "Options",

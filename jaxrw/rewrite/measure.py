@@ -144,11 +144,17 @@ def more_rounds(variants: dict[str, tuple[Callable, tuple]], timings: dict[str, 
             timings[name].samples.append(time_calls(fn, args, timings[name].calls))
 
 
+# the fewest values for which `median_interval` gives a 95% interval (P(B(5, 1/2) = 0) = 1/32 >
+# 0.025; P(B(6, 1/2) = 0) = 1/64 is not): the bench's rounds at the small size
+MIN_INTERVAL_ROUNDS = 6
+
+
 def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
     """A distribution-free confidence interval of the median of `values`: the order statistics
     x(k) and x(n+1-k) with k the largest index whose binomial tail P(B(n, 1/2) < k) is at most
     (1 - level) / 2, so the interval holds the true median with probability >= `level` whatever
-    the noise's distribution. None when there are too few values for that level (6 at 95%)."""
+    the noise's distribution. None when there are too few values for that level
+    (MIN_INTERVAL_ROUNDS at 95%)."""
     from scipy.stats import binom
 
     xs = sorted(values)
