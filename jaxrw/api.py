@@ -28,8 +28,8 @@ from .options import (
     checked_options,
     disabled,
     hoisted_arguments,
-    param_names,
     resolve_argnums,
+    signature_of,
 )
 from .prologue import KeptValues
 from .rewrite.cost import CostModel
@@ -138,7 +138,7 @@ class Optimized(Stages):
         (jax.jit asks a signature of any names given, even none)."""
         keys = ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames")
         opts = {k: getattr(self, k) for k in keys}
-        if not param_names(self.fn) and not opts["static_argnames"] and not opts["donate_argnames"]:
+        if signature_of(self.fn) is None and not opts["static_argnames"] and not opts["donate_argnames"]:
             opts["static_argnames"] = opts["donate_argnames"] = None
         return opts
 

@@ -136,12 +136,18 @@ def checked_options(
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
-def _parameters(fn: Callable) -> list[inspect.Parameter] | None:
-    """`fn`'s parameters, or None where its signature cannot be read (a builtin, some C callables)."""
+def signature_of(fn: Callable) -> inspect.Signature | None:
+    """`fn`'s signature, or None where it cannot be read (a builtin, some C callables)."""
     try:
-        return list(inspect.signature(fn).parameters.values())
+        return inspect.signature(fn)
     except (TypeError, ValueError):
         return None
+
+
+def _parameters(fn: Callable) -> list[inspect.Parameter] | None:
+    """`fn`'s parameters, or None where its signature cannot be read."""
+    sig = signature_of(fn)
+    return None if sig is None else list(sig.parameters.values())
 
 
 def resolve_argnums(fn: Callable, nums: tuple[int, ...], what: str) -> tuple[int, ...]:
@@ -217,11 +223,12 @@ def both_spellings(
     through `fn`'s signature, as jax.jit completes static and donated arguments: an argument that
     can be passed either way is then taken however the call passes it. Where both are given, each
     is taken as given (jax.jit's rule too); unchanged where the signature cannot be read."""
-    if (nums and names) or _parameters(fn) is None:
+    sig = None if nums and names else signature_of(fn)
+    if sig is None:
         return nums, names
     # jax's own completion, so a negative index names what this jax.jit names (jax 0.12 counts it
     # from the end of all parameters: -1 of f(x, y, *, z) names none; jax 0.11 names none for any)
-    return compat.infer_argnums_and_argnames(inspect.signature(fn), nums or None, names or None)
+    return compat.infer_argnums_and_argnames(sig, nums or None, names or None)
 
 
 def output_problem(path: str, option: str, suffixes: tuple[str, ...] = ()) -> str | None:
