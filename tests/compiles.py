@@ -28,3 +28,8 @@ def compiled_during(fn: Callable[[], object]) -> list[str]:
     finally:
         logger.removeHandler(seen)
     return [m for m in seen.messages if m.startswith("Finished XLA compilation")]
+
+
+def compiled_names(fn: Callable[[], object]) -> set[str]:
+    """The names of the programs XLA compiles while `fn()` runs (`jit(f)`)."""
+    return {m.split()[4] for m in compiled_during(fn)}
