@@ -405,8 +405,10 @@ class Optimized(Stages):
 
     def report(self, /, *args: Any, **kwargs: Any) -> RewriteReport:
         """The rewrite report of the signature these arguments have (traced if new); after a
-        fallback, `report.fallback` says why jax.jit runs it."""
-        entry = self._entry_for(args, kwargs)[0]
+        fallback, `report.fallback` says why jax.jit runs it. Arguments may be
+        jax.ShapeDtypeStructs, as for `lower`: nothing is allocated or run."""
+        entry = self._entry_for_shapes(args, kwargs) if signature.abstract(args, kwargs) else None
+        entry = entry or self._entry_for(args, kwargs)[0]
         if self._fast_state == "broken":  # built since: its calls run jax.jit as well
             entry.fall_back("an earlier call's rewritten program failed: jax.jit runs every call")
         report = entry.report

@@ -32,7 +32,8 @@ from typing import Any
 
 import jax
 
-from . import compat
+from . import compat, signature
+from .errors import InvalidArgumentError
 from .explain_render import ExplanationViews
 from .logs import fn_name
 from .rewrite.cost import speedup
@@ -171,9 +172,9 @@ def explain(
 
     `fn` is a plain function (then `opts` are `optimize` options) or an `Optimized` (then `opts`
     are keyword arguments of the function, except those named in EXPLAIN_OPTIONS, which are
-    explain's). `measure=True` times jax.jit against jaxrw on these arguments (`samples`
-    interleaved samples, on copies of the functions that donate nothing); `sites=False` skips
-    locating each rule's matches.
+    explain's). Arguments may be jax.ShapeDtypeStructs, unless `measure=True`, which times jax.jit
+    against jaxrw on these arguments (`samples` interleaved samples, on copies of the functions
+    that donate nothing); `sites=False` skips locating each rule's matches.
     """
     from .api import Optimized, optimize
 
@@ -181,6 +182,11 @@ def explain(
         opt, call_kw = fn, opts
     else:
         opt, call_kw = optimize(fn, **opts), {}
+    if measure and signature.abstract(args, call_kw):
+        raise InvalidArgumentError(
+            "explain(measure=True) times the function on arrays, and these arguments hold a "
+            "jax.ShapeDtypeStruct; valid: arrays, or measure=False to explain from shapes alone"
+        )
     clone = dataclasses.replace(opt, _cache={}, _keep=True)
     clone._split_note = opt._split_note  # a tensor-parallel first call keeps every signature as written
     clone._fast_state = "disabled" if opt._is_disabled() else "off"  # JAXRW_DISABLE as opt's calls read it

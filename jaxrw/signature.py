@@ -137,6 +137,31 @@ def spec(x: Any) -> Any:
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=weak, sharding=explicit_sharding(aval))
 
 
+def _is_shape(x: Any) -> bool:
+    return isinstance(x, jax.ShapeDtypeStruct)
+
+
+def abstract(args: tuple, kwargs: dict) -> bool:
+    """Whether a call's arguments hold a jax.ShapeDtypeStruct (a shape, not an array)."""
+    return any(map(_is_shape, jax.tree_util.tree_leaves((args, kwargs), is_leaf=_is_shape)))
+
+
+def with_shapes_traced(fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """`fn(*args, **kwargs)` under jax.eval_shape, each ShapeDtypeStruct in them a tracer of
+    its shape and every other value as given (static values stay hashable)."""
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_shape)
+    where = [i for i, x in enumerate(leaves) if _is_shape(x)]
+
+    def run(*shaped: Any) -> Any:
+        filled = list(leaves)
+        for i, x in zip(where, shaped, strict=True):
+            filled[i] = x
+        a, kw = jax.tree_util.tree_unflatten(tree, filled)
+        return fn(*a, **kw)
+
+    return jax.eval_shape(run, *(leaves[i] for i in where))
+
+
 def trace_config() -> tuple:
     """The settings that change what a function traces to, as jax.jit keys its cache on them:
     64-bit types (jnp.arange is int64 under x64), the default matmul precision, and type and rank

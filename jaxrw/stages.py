@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 
+from . import signature
 from .errors import JaxrwError
 
 
@@ -48,6 +49,18 @@ class Stages:
             raise
         except Exception as e:  # noqa: BLE001 - never break the user's program: jax.jit's, or strict
             return opt._first_call_failed(entry, e, args, kwargs)
+
+    def _entry_for_shapes(self, args: tuple, kwargs: dict) -> Any:
+        """The entry of a signature given as jax.ShapeDtypeStructs, built under a trace (as a
+        `lower` builds it: kept for later calls, unless a call would build it with arrays)."""
+        opt: Any = self
+        built: list[Any] = []
+
+        def probe(*values: Any, **kw: Any) -> None:
+            built.append(opt._entry_for(values, kw, keep=opt._keep or not opt._build_outside())[0])
+
+        signature.with_shapes_traced(probe, args, kwargs)
+        return built[0]
 
     def lower(self, /, *args: Any, **kwargs: Any) -> Any:
         """`jax.jit(fn).lower(...)` of the program jaxrw runs for these arguments (a thunky

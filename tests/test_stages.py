@@ -265,3 +265,31 @@ def test_a_rewritten_program_failing_in_a_lowering_falls_back_to_jax_jits(monkey
         text = opt.lower(a, b, v).as_text()
     assert _dot_results(text) == ["tensor<64x64xf32>", "tensor<64x1xf32>"]  # jax.jit's program
     np.testing.assert_allclose(opt(a, b, v), _chain(a, b, v), rtol=1e-4, atol=1e-4)
+
+
+def test_report_and_explain_take_shapes_as_lower_does_and_the_call_reuses_that_build():
+    a, b, v = _r(120, 96, 96), _r(121, 96, 96), _r(122, 96, 2)
+    shape = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
+    opt = jaxrw.optimize(_chain, static_argnames="scale", strict=True)
+    from_shapes = opt.report(shape(a), b, v=shape(v), scale=2.0)  # shapes, arrays, keywords, statics
+    assert opt.traces == 1 and from_shapes.rewritten
+    np.testing.assert_allclose(opt(a, b, v=v, scale=2.0), _chain(a, b, v, scale=2.0), rtol=1e-4, atol=1e-4)
+    assert opt.traces == 1  # the call reuses the build made from shapes
+    from_arrays = jaxrw.optimize(_chain, static_argnames="scale").report(a, b, v=v, scale=2.0)
+    assert from_shapes.cost_after == from_arrays.cost_after
+    assert from_shapes.rules_fired == from_arrays.rules_fired
+    ex = jaxrw.explain(_chain, shape(a), shape(b), shape(v))
+    assert ex.status == "rewritten" and ex.signature[0].endswith("[96,96]")
+    assert ex.jaxpr_after == jaxrw.explain(_chain, a, b, v).jaxpr_after
+    with pytest.raises(jaxrw.InvalidOptionError, match=r"measure=True.*ShapeDtypeStruct.*measure=False"):
+        jaxrw.explain(_chain, shape(a), b, v, measure=True)
+
+
+def test_a_report_from_shapes_of_a_hoisting_function_is_built_again_from_the_first_call():
+    hoisted = jaxrw.optimize(_decoder, hoist_argnums=0)
+    p, x = _params(123), _r(124, 4, 64)
+    shapes = jax.tree_util.tree_map(lambda t: jax.ShapeDtypeStruct(t.shape, t.dtype), (p, x))
+    report = hoisted.report(*shapes)
+    assert report.rewritten and not hoisted._cache  # no concrete parameters to keep values of
+    np.testing.assert_allclose(hoisted(p, x), _decoder(p, x), rtol=1e-4, atol=1e-5)
+    assert hoisted.report(p, x).cost_after == report.cost_after
