@@ -4,12 +4,14 @@ the prologue values and the other arguments (the quick path of hoist.HotPath).""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import jax
 
 from . import compat
+from .options import signature_of
 from .prologue import picker
 from .schedule.xla_modes import tuned_jit
 from .signature import leaf_key, leaf_owners
@@ -124,6 +126,9 @@ class Layout:
             return jax.tree_util.tree_unflatten(entry.out_tree, h.run(leaves, values, nested=True))
 
         compat.named_as(body, opt.fn)  # the program's name in XLA's logs: jit(f)
+        named = self._signature(opt.fn)
+        if named is not None:  # jax names a bad argument `x`, not `fast[0]`
+            body.__signature__ = named  # type: ignore[attr-defined]
         kw = {
             "static_argnums": self.shifted(opt.static_argnums),
             "static_argnames": opt.static_argnames,
@@ -131,6 +136,25 @@ class Layout:
             "donate_argnames": opt.donate_argnames,  # passed by keyword: **fast_kw
         }
         return tuned_jit(body, h.mode, **kw)
+
+    def _signature(self, fn: Callable) -> inspect.Signature | None:
+        """The main jit's parameters as jax names them in its errors: the prologue values, the
+        hoisted leaves it reads, then `fn`'s parameters besides the hoisted ones. None where they
+        cannot be told apart (a hoisted position within *args, an unreadable signature)."""
+        sig = signature_of(fn)
+        if sig is None:
+            return None
+        P = inspect.Parameter
+        params = list(sig.parameters.values())
+        positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+        if any(i >= len(positional) for i in self.pos):
+            return None
+        hoisted = {positional[i].name for i in self.pos} | set(self.names)
+        head = [P("values", P.POSITIONAL_ONLY), P("passed", P.POSITIONAL_ONLY)]
+        try:
+            return sig.replace(parameters=head + [p for p in params if p.name not in hoisted])
+        except ValueError:  # e.g. a parameter of fn's named `values`
+            return None
 
 
 def _form(tree: Any) -> tuple[Any, list]:

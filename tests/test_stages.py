@@ -293,3 +293,26 @@ def test_a_report_from_shapes_of_a_hoisting_function_is_built_again_from_the_fir
     assert report.rewritten and not hoisted._cache  # no concrete parameters to keep values of
     np.testing.assert_allclose(hoisted(p, x), _decoder(p, x), rtol=1e-4, atol=1e-5)
     assert hoisted.report(p, x).cost_after == report.cost_after
+
+
+def test_a_bound_function_names_a_bad_argument_as_jax_jit_names_it():
+    def by_keyword(x, *, params):
+        return _decoder(params, x)
+
+    def named_values(params, values):  # named as the main jit's own first parameter
+        return _decoder(params, values)
+
+    p, x = _params(125), _r(126, 4, 64)
+    with pytest.raises(TypeError, match=r"non-array argument") as by_jit:
+        jax.jit(_decoder)(p, "text")
+    assert "at path x." in str(by_jit.value)
+    bound = [
+        ("x.", jaxrw.optimize(_decoder, hoist_argnums=0).bind(p, x)),
+        ("x.", jaxrw.optimize(by_keyword, hoist_argnames="params").bind(x, params=p)),
+        ("fast[0].", jaxrw.optimize(named_values, hoist_argnums=0).bind(p, x)),  # not told apart
+    ]
+    for path, call in bound:
+        np.testing.assert_allclose(call(x * 2), _decoder(p, x * 2), rtol=1e-4, atol=1e-5)
+        with pytest.raises(TypeError, match=r"non-array argument") as by_jaxrw:
+            call("text")
+        assert f"at path {path}" in str(by_jaxrw.value)
