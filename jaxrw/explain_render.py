@@ -75,6 +75,16 @@ def speedup_text(before: float, after: float) -> str:
     return f"{before / after:.2f}x" if after > 0 else ("—" if before == 0 else "∞")
 
 
+def predicted_text(before: float, after: float, model: str, rewritten: bool, bodies: bool) -> str:
+    """A report's predicted row. Kept as written: the cost of what runs, alone (the result row
+    says what the rewrite was predicted). With rewritten control-flow bodies: the cost outside
+    them (the bodies row has each body's own)."""
+    if not rewritten:
+        return f"{fmt_cost(before, model)} (the program as written)" if before else "—"
+    text = f"{fmt_cost(before, model)} -> {fmt_cost(after, model)} ({speedup_text(before, after)})"
+    return f"{text} outside the control-flow bodies" if bodies else text
+
+
 class ExplanationViews:
     """Mixed into `Explanation`: everything here reads its plain-data fields."""
 
@@ -101,8 +111,13 @@ class ExplanationViews:
                 ),
                 (
                     "predicted",
-                    f"{fmt_cost(rep['cost_before'], model)} -> {fmt_cost(rep['cost_after'], model)} "
-                    f"({speedup_text(rep['cost_before'], rep['cost_after'])})",
+                    predicted_text(
+                        rep["cost_before"],
+                        rep["cost_after"],
+                        model,
+                        rep["rewritten"],
+                        any(b["rewritten"] for b in rep.get("bodies", ())),
+                    ),
                 ),
             ]
             if rep.get("hoisted_bytes"):

@@ -147,12 +147,10 @@ class RewriteReport:
         self.schedule = "jax.jit: fallback"
 
     def rows(self) -> list[tuple[str, str]]:
-        from ..explain_render import fmt_cost, hoisted_text, speedup_text
+        from ..explain_render import hoisted_text, predicted_text
 
-        before, after = (
-            fmt_cost(self.cost_before, self.cost_model),
-            fmt_cost(self.cost_after, self.cost_model),
-        )
+        bodies = any(b.rewritten for b in self.bodies)
+        predicted = predicted_text(self.cost_before, self.cost_after, self.cost_model, self.rewritten, bodies)
         fired = ", ".join(f"{k}×{v}" for k, v in sorted(self.rules_fired.items())) or "none"
         phases = " ".join(f"{k} {v * 1e3:.0f}ms" for k, v in self.phase_s.items())
         return (
@@ -163,7 +161,7 @@ class RewriteReport:
                 ("rules fired", fired),
                 ("cost model", self.cost_model),
                 ("extractor", self.extractor + (f" ({self.extractor_note})" if self.extractor_note else "")),
-                ("predicted", f"{before} -> {after} ({speedup_text(self.cost_before, self.cost_after)})"),
+                ("predicted", predicted),
                 ("result", "rewritten" if self.rewritten else f"original kept ({self.guard_note})"),
                 ("phases", phases),
             ]
@@ -547,7 +545,10 @@ def bodies_row(bodies: list[RewriteReport]) -> str:
         for k, v in b.rules_fired.items():
             fired[k] = fired.get(k, 0) + v
     rules = ", ".join(f"{k}×{v}" for k, v in sorted(fired.items())) or "none"
-    return f"{len(done)} of {len(bodies)} control-flow bodies rewritten ({rules})"
+    from ..explain_render import speedup_text
+
+    gains = ", ".join(speedup_text(b.cost_before, b.cost_after) for b in done)
+    return f"{len(done)} of {len(bodies)} control-flow bodies rewritten{f', predicted {gains}' if done else ''} ({rules})"
 
 
 def _autotune_row(info: dict[str, Any]) -> str:
