@@ -548,7 +548,8 @@ def bodies_row(bodies: list[RewriteReport]) -> str:
     from ..explain_render import speedup_text
 
     gains = ", ".join(speedup_text(b.cost_before, b.cost_after) for b in done)
-    return f"{len(done)} of {len(bodies)} control-flow bodies rewritten{f', predicted {gains}' if done else ''} ({rules})"
+    predicted = f", predicted {gains}" if done else ""
+    return f"{len(done)} of {len(bodies)} control-flow bodies rewritten{predicted} ({rules})"
 
 
 def _autotune_row(info: dict[str, Any]) -> str:
