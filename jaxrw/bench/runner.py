@@ -440,6 +440,7 @@ def _profile_in_use() -> dict[str, Any]:
         "name": p.name,
         "source": p.source,
         "transpose_folded": p.transpose_folded,
+        "lhs_transposed_copied": p.lhs_transposed_copied,
         "concat_chains": p.concat_chains,
     }
 

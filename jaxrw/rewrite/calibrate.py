@@ -71,6 +71,25 @@ def _transpose_folded(n: int, samples: int) -> bool:
     return t["transposed"].median <= 1.1 * t["plain"].median
 
 
+def _lhs_transposed_copied(n: int, samples: int) -> bool:
+    """Whether `Wᵀ @ x` taken as one product (W contracted over its leading axis) runs over 10%
+    slower than `W @ x` on the same (transposed) data: then the GEMM copies W into its other
+    layout first (`Profile.lhs_transposed_copied`)."""
+    k1, k2 = jax.random.split(jax.random.key(3))
+    w = jax.random.normal(k1, (n, n), jnp.float32) / math.sqrt(n)
+    x = jax.random.normal(k2, (n, max(8, n // 16)), jnp.float32)
+    w_t = w.T  # the same matrix, laid out for a plain product (an eager copy)
+    leading = (((0,), (0,)), ((), ()))
+    t = measure(
+        {
+            "plain": (jax.jit(lambda w, x: w @ x), (w_t, x)),
+            "leading": (jax.jit(lambda w, x: jax.lax.dot_general(w, x, leading)), (w, x)),
+        },
+        repeats=samples,
+    )
+    return t["leading"].median > 1.1 * t["plain"].median
+
+
 def calibrate(quick: bool = False) -> Profile:
     """Measure the default device. `quick` uses smaller sizes (for tests and CPUs)."""
     kind = compat.device_kind()
@@ -93,7 +112,8 @@ def calibrate(quick: bool = False) -> Profile:
     eff = {}
     for p in range(3, int(math.log2(big)) + 1):
         eff[p] = min(1.0, _gemm_rate(2**p, jnp.float32, samples, guess) / rates["float32"])
-    folded = _transpose_folded(512 if (quick or kind == "cpu") else 4096, samples)
+    side = 512 if (quick or kind == "cpu") else 4096
+    folded, copied = _transpose_folded(side, samples), _lhs_transposed_copied(side // 2, samples)
     return Profile(
         name=f"{base.name}-calibrated",
         kind=kind,
@@ -104,6 +124,7 @@ def calibrate(quick: bool = False) -> Profile:
         gemm_efficiency=eff,
         call_s=call,
         transpose_folded=folded,
+        lhs_transposed_copied=copied,
         source=f"calibrated on {jax.devices()[0].device_kind}",
     )
 
@@ -143,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  call dispatch   {prof.call_s * 1e6:10.1f} us (per call of a compiled program)")
     print("  gemm efficiency " + " ".join(f"2^{k}:{v:.2f}" for k, v in sorted(prof.gemm_efficiency.items())))
     print(f"  x @ W.T folded  {'yes' if prof.transpose_folded else 'no':>10} (within 10% of x @ W)")
+    print(f"  Wᵀ @ x copies W {'yes' if prof.lhs_transposed_copied else 'no':>10} (over 10% slower than W @ x)")
     print(f"  elementwise     {prof.vector_flops / 1e12:10.3f} Tops/s (one per op and element)")
     print(f"  inherited       other matmul dtypes (built-in {prof.name.split('-')[0]} profile)")
     use = (

@@ -128,6 +128,18 @@ def dot_dims(node: Node, view: EGraphView) -> tuple[int, int, int, int]:
     return batch, m, n, k
 
 
+def transposed_operands(node: Node, view: EGraphView) -> list[str]:
+    """The operands of a dot that a GEMM taking one layout copies first (`Profile.
+    lhs_transposed_copied`): the left one where it contracts over a leading axis rather than its
+    minor one, and then the right one too where it contracts over its minor axis. None for a
+    matrix-vector product: XLA:CPU's takes either layout at the same speed."""
+    a, b = node.children
+    nb, lc, rc, _cfg = node.attrs
+    if lc == len(view.shapes[a]) - 1 or min(dot_dims(node, view)[1:3]) == 1:
+        return []
+    return [a, b] if rc == len(view.shapes[b]) - 1 and rc != nb else [a]
+
+
 def node_flops(node: Node, view: EGraphView) -> float:
     """Arithmetic of one node: 2mnk per dot, one per output element for elementwise ops, one
     per input element for reductions, none for data movement."""
@@ -183,7 +195,9 @@ class Roofline:
             moved = nbytes(view, node.children[0]) + nbytes(view, node.children[1]) + out_b
             # an operand generated from indices (an identity matrix) is materialized for the GEMM
             made = [nbytes(view, c) for c in set(node.children) if view.is_generated(c, FUSIBLE)]
+            copied = transposed_operands(node, view) if p.lhs_transposed_copied else []
             extra = sum(made) / p.bandwidth + p.launch_s * len(made)
+            extra += sum(2 * nbytes(view, c) / p.bandwidth + p.launch_s for c in copied)
             return self.gemm(batch, m, n, k, dt, moved) + extra
         if p.kind == "cuda" and _scales_a_product(view, node):
             return 0.0  # XLA's GEMM rewriter applies the scale as cuBLAS's alpha

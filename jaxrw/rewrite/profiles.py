@@ -55,6 +55,13 @@ class Profile:
     # choice.confirm_rewrite); small_decoders ran 1.17-1.28x where it had been kept
     # (bench/HISTORY.md, seventeenth lease)
     concat_chains: bool = True
+    # whether a GEMM whose left operand contracts over a leading axis (not its minor one: Aᵀ@B
+    # without the transpose, "TN") runs as a copy of that operand into the other layout and a GEMM
+    # (and of the right operand too when it contracts over its minor axis, "TT"). XLA:CPU does
+    # worse: on this project's CPU such products ran 1.2-15x slower than the plain layout, at least
+    # a transposed copy more, except matrix-vector products (fortieth session); cuBLAS reads
+    # either layout. `jaxrw calibrate` measures it; on in the built-in CPU profile
+    lhs_transposed_copied: bool = False
     # the fraction of its output's bytes an elementwise op inside a fused kernel still costs (its
     # share of the kernel). At 0.1 on this project's CPU, the costcheck rescore stays as it is and
     # ew_factor and gpt_train_step (both dtypes) are kept, as the H200 measured them (bench/HISTORY.md,
@@ -121,6 +128,7 @@ CPU = Profile(
     launch_s=2e-6,
     gemm_efficiency={0: 0.1, 3: 0.3, 5: 0.6, 7: 0.9},
     call_s=1e-5,
+    lhs_transposed_copied=True,
 )
 
 PROFILES: dict[str, Profile] = {"h200": H200, "cpu": CPU}
@@ -215,6 +223,8 @@ def load_profile(path: Path) -> Profile | None:
             },
             call_s=_number(data.get("call_s", 0.0), "call_s"),
             transpose_folded=_flag(data, "transpose_folded", False),
+            # a profile saved before the flag: the built-in profile's of its kind
+            lhs_transposed_copied=_flag(data, "lhs_transposed_copied", str(data["kind"]) == "cpu"),
             concat_chains=_flag(data, "concat_chains", Profile.concat_chains),
             fused_share=_number(data.get("fused_share", Profile.fused_share), "fused_share"),
             source=str(path),

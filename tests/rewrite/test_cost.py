@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrw.rewrite.profiles import H200
+from jaxrw.rewrite.profiles import CPU, H200
 from jaxrw.rewrite.run import rewrite_jaxpr
 
 FOLDED = dataclasses.replace(H200, name="h200-folded", transpose_folded=True)
@@ -74,3 +74,47 @@ def test_an_operand_read_by_several_ops_of_one_fused_kernel_is_read_once():
     apart = _cost(lambda a, b: a * jnp.sum(a * b, axis=0), [(2048, 2048)] * 2, H200)
     fused = _cost(lambda a, b: a * (a * b), [(2048, 2048)] * 2, H200)
     assert apart > fused + s
+
+
+def _contracting(lc, rc):
+    return lambda a, b: jax.lax.dot_general(a, b, (((lc,), (rc,)), ((), ())))
+
+
+def test_a_gemm_contracting_its_left_operand_over_a_leading_axis_copies_it_where_the_profile_says():
+    # XLA:CPU runs Wᵀ@x taken as one product 1.1-7x slower than W@x: about a transposed copy of W
+    # more (profiles.Profile.lhs_transposed_copied); cuBLAS reads either layout
+    copying = dataclasses.replace(CPU, name="cpu-copying")
+    plain = dataclasses.replace(CPU, name="cpu-plain", lhs_transposed_copied=False)
+    assert copying.lhs_transposed_copied and not H200.lhs_transposed_copied
+    w, x = (512, 512), (512, 16)
+    copy = lambda shape: 2 * 4 * np.prod(shape) / CPU.bandwidth + CPU.launch_s  # noqa: E731
+    nn = _cost(_contracting(1, 0), [w, x], copying)
+    assert nn == pytest.approx(_cost(_contracting(1, 0), [w, x], plain))
+    assert _cost(_contracting(0, 0), [w, x], copying) == pytest.approx(nn + copy(w))  # TN
+    # TT: the right operand too; NT (x @ W.T taken as one product) copies nothing
+    assert _cost(_contracting(0, 1), [w, x[::-1]], copying) == pytest.approx(nn + copy(w) + copy(x))
+    assert _cost(_contracting(1, 1), [x[::-1], w], copying) == pytest.approx(
+        _cost(_contracting(1, 0), [x[::-1], w], copying)
+    )
+    # without the flag (the H200's profile) no layout costs more
+    assert _cost(_contracting(0, 0), [w, x], plain) == pytest.approx(nn)
+    assert _cost(_contracting(0, 1), [w, x[::-1]], plain) == pytest.approx(nn)
+
+
+def test_a_sign_sgd_step_is_not_rewritten_into_products_over_a_leading_axis_on_the_cpu():
+    # grad of tanh(x @ (U @ V)) has transposes of products; removing them (dot.transpose_in/out) made
+    # a 256x256 product contract over its leading axis on both sides, and the step ran 2x slower
+    # than jax.jit on this CPU (fortieth session)
+    def step(U, V, x):
+        gU, gV = jax.grad(lambda U, V: jnp.sum(jnp.tanh(x @ (U @ V))), argnums=(0, 1))(U, V)
+        return U - 0.1 * gU / (jnp.abs(gU) + 1e-8), V - 0.1 * gV / (jnp.abs(gV) + 1e-8)
+
+    specs = [jax.ShapeDtypeStruct(s, F32) for s in [(256, 16), (16, 256), (8, 256)]]
+    closed = jax.make_jaxpr(step)(*specs)
+    res = rewrite_jaxpr(closed, profile=CPU)
+    program = jax.make_jaxpr(res.fn)(*specs) if res.fn is not None else closed
+    for eqn in program.jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (lc, _rc), _batch = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            assert lc == (len(lhs) - 1,) or np.prod(lhs) < 256 * 256, (lhs, lc)  # small copies only

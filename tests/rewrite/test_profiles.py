@@ -69,6 +69,23 @@ def test_transpose_folded_is_measured_saved_and_loaded(tmp_path):
     assert profiles.load_profile(path).transpose_folded is False
 
 
+def test_lhs_transposed_copied_is_measured_saved_and_loaded_and_defaults_by_kind(tmp_path):
+    import dataclasses
+
+    prof = calibrate(quick=True)
+    assert isinstance(prof.lhs_transposed_copied, bool)  # Wᵀ @ x over 10% slower than W @ x, or not
+    assert profiles.CPU.lhs_transposed_copied is True and profiles.H200.lhs_transposed_copied is False
+    for base in (profiles.CPU, profiles.H200):
+        flipped = dataclasses.replace(base, lhs_transposed_copied=not base.lhs_transposed_copied)
+        path = profiles.save_profile(flipped, tmp_path / f"{base.name}.json")
+        assert profiles.load_profile(path).lhs_transposed_copied is flipped.lhs_transposed_copied
+        # saved before the field existed: the built-in profile's of that kind
+        data = json.loads(path.read_text())
+        del data["lhs_transposed_copied"]
+        path.write_text(json.dumps(data))
+        assert profiles.load_profile(path).lhs_transposed_copied is base.lhs_transposed_copied
+
+
 def test_fused_share_is_saved_loaded_and_bounded(tmp_path):
     # the profile field gpu_session.sh's A/B sets (bench/HISTORY.md, "A win jaxrw leaves")
     import dataclasses
