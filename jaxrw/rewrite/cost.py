@@ -135,9 +135,20 @@ def transposed_operands(node: Node, view: EGraphView) -> list[str]:
     matrix-vector product: XLA:CPU's takes either layout at the same speed."""
     a, b = node.children
     nb, lc, rc, _cfg = node.attrs
-    if lc == len(view.shapes[a]) - 1 or min(dot_dims(node, view)[1:3]) == 1:
+    if lc == len(view.shapes[a]) - 1 or min(dot_dims(node, view)[1:3]) == 1 or _minor_unfolded(view, a, lc):
         return []
     return [a, b] if rc == len(view.shapes[b]) - 1 and rc != nb else [a]
+
+
+def _minor_unfolded(view: EGraphView, eclass: str, axis: int) -> bool:
+    """Whether `eclass` is a transpose whose operand has `axis` as its minor axis: XLA folds such
+    a transpose into the GEMM that reads it, which then takes the plain layout. Every node of the
+    class must be one (a cost cannot see which the extractor picks: the program as written has
+    one node a class)."""
+    nodes = [view.nodes[n] for n in view.classes.get(eclass, ())]
+    return bool(nodes) and all(
+        node.op == "transpose" and node.attrs[0][axis] == len(node.attrs[0]) - 1 for node in nodes
+    )
 
 
 def node_flops(node: Node, view: EGraphView) -> float:
