@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  call dispatch   {prof.call_s * 1e6:10.1f} us (per call of a compiled program)")
     print("  gemm efficiency " + " ".join(f"2^{k}:{v:.2f}" for k, v in sorted(prof.gemm_efficiency.items())))
     print(f"  x @ W.T folded  {'yes' if prof.transpose_folded else 'no':>10} (within 10% of x @ W)")
-    print(f"  Wᵀ @ x copies W {'yes' if prof.lhs_transposed_copied else 'no':>10} (over 10% slower than W @ x)")
+    copies = "yes" if prof.lhs_transposed_copied else "no"
+    print(f"  Wᵀ @ x copies W {copies:>10} (over 10% slower than W @ x)")
     print(f"  elementwise     {prof.vector_flops / 1e12:10.3f} Tops/s (one per op and element)")
     print(f"  inherited       other matmul dtypes (built-in {prof.name.split('-')[0]} profile)")
     use = (
