@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 import types
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ import jax
 
 from . import compat, hoist, signature
 from .errors import InvalidOptionError, JaxrwError, RewriteStageError, raised_in_a_callback
-from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, handoff_schedule, install_hot, slow_leaves
+from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, install_hot, slow_leaves
 from .logs import fn_name, warn_user
 from .options import (
     both_spellings,
@@ -99,6 +100,8 @@ class Optimized(Stages):
     # where a call's arrays were split along an inner axis (tensor parallel): every signature is
     # then kept as written (signature.split_inner_axis; read at the first call and at each build)
     _split_note: str = _state("")
+    # one thread at a time on a hoisting instance's Python paths (its kept values and quick paths)
+    _lock: Any = field(default_factory=threading.RLock, init=False, repr=False)
 
     def __post_init__(self):
         if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
@@ -166,6 +169,12 @@ class Optimized(Stages):
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        if not self.hoisted_owners:
+            return self._call(*args, **kwargs)
+        with self._lock:  # hoisting: a call checks, reads and refills values other calls keep
+            return self._call(*args, **kwargs)
+
+    def _call(self, /, *args: Any, **kwargs: Any) -> Any:
         traced_donor = self.donors and self._fast_state not in ("broken", "disabled")
         if traced_donor and compat.under_trace():  # called under jit, grad or vmap (0.07 µs to ask)
             return self._without_donation(*args, **kwargs)
@@ -227,7 +236,7 @@ class Optimized(Stages):
         if entry.proven:
             out = hoist.run_proven(self, entry, key, args, kwargs, leaves) if hoisted else entry.call(*leaves)
             if out is hoist.DIRECT:
-                return self._run_direct(entry, args, kwargs)
+                return hoist.run_direct(self, entry, args, kwargs)
         else:  # the first call compiles the built program: a failure there falls back too
             try:
                 first = first_call(self, entry, key, args, kwargs, leaves) if hoisted else MISS
@@ -318,27 +327,6 @@ class Optimized(Stages):
             self._fast_state = "on"
             self._fast = self._new_fast()
 
-    def _run_direct(self, entry: Entry, args: tuple, kwargs: dict) -> Any:
-        """jax.jit's program, for a hoisted signature called with new slow arrays (HoistedCall.
-        wants_direct); after HANDOFF_AFTER such calls in a row the signature is handed off: it runs
-        jax.jit's program from now on, through the C++ fast path once no signature needs Python,
-        so its calls cost what jax.jit's do. `clear_cache()` hoists again."""
-        out = self._jitted(*args, **kwargs)
-        if entry.handed_off or not entry.call.handoff_due:
-            return out
-        entry.handed_off = True
-        log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", fn_name(self.fn))
-        handoff_schedule(self, entry, args, kwargs)
-        self._adopt_mode(entry)
-        python = any(hoist.needs_python(e, self._fast_mode) for e in self._cache.values())
-        if self._fast_state == "off" and self._fast_path() and not python:
-            self._fast_state = "on"
-            self._set_hot_path(None)
-            self._hot.clear()
-        if self._fast_state == "on" and self._all_original():
-            self._enter_jit()  # no signature left whose program is not jax.jit's
-        return out
-
     def _set_hot_path(self, hot: HotPath | None, off: bool | None = None) -> None:
         """The hoisted signature's quick path from now on (None: none), and the instance's class: one
         whose `__call__` is that path's check where it has one (`HotPath.call_class`), else ours."""
@@ -424,25 +412,27 @@ class Optimized(Stages):
         dyn, statics = self._split(args, kwargs)
         leaves, in_tree = jax.tree_util.tree_flatten(dyn)
         key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)
-        if key in self._cache:
-            return self._cache[key], key, leaves
-        entry = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-        if keep:
-            self._cache[key] = entry
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key], key, leaves
+            entry = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+            if keep:
+                self._cache[key] = entry
         return entry, key, leaves
 
     def clear_cache(self) -> None:
-        self._cache.clear()
-        self._undonated = None
-        self._unbuilt.clear()
-        self._hot.clear()
-        self._prologues.clear()  # merged weights go now, not when the arrays die
-        self._set_hot_path(None, off=False)
-        self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
-        if self._fast_state == "jit":
-            self._leave_jit()  # every signature is built again, through the fast path (a new `_fast`)
-        else:
-            self._fast = self._new_fast()
+        with self._lock:
+            self._cache.clear()
+            self._undonated = None
+            self._unbuilt.clear()
+            self._hot.clear()
+            self._prologues.clear()  # merged weights go now, not when the arrays die
+            self._set_hot_path(None, off=False)
+            self._fast_mode = "xla"  # a rebuilt signature picks its schedule again
+            if self._fast_state == "jit":
+                self._leave_jit()  # every signature is built again, through the fast path (a new `_fast`)
+            else:
+                self._fast = self._new_fast()
 
     # -- internals --------------------------------------------------------------------------
     def _split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple]:

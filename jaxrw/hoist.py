@@ -5,6 +5,7 @@ calls (`HotPath`), and, when the slow arrays change on every call, jax.jit's own
 from __future__ import annotations
 
 import functools
+import logging
 import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -14,13 +15,16 @@ import jax
 from . import compat
 from .hoist_layout import Layout, fast_signature, hoisted_as_passed, with_hoisted
 from .identity import SCALARS, checker, snapshot, stand_in
+from .logs import fn_name
 from .options import param_names
 from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, picker
 from .schedule.xla_modes import is_nested_options_error, without_frame
 from .signature import leaf_key  # the signature key optimize uses
 
 __all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "DIRECT", "HANDOFF_AFTER", "picker", "bind"]
-__all__ += ["handoff_schedule", "slow_leaves", "install_hot", "first_call", "run_proven"]
+__all__ += ["handoff_schedule", "slow_leaves", "install_hot", "first_call", "run_proven", "run_direct"]
+
+log = logging.getLogger("jaxrw")
 
 
 class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
@@ -97,9 +101,13 @@ class HotPath:
         self.displaced = False  # another signature's HotPath took the instance's quick path from it
 
     def refresh(self, args: tuple, kwargs: dict) -> None:
-        """Now cached: the values the prologue computed for these arguments' hoisted leaves."""
+        """Now cached: the values the prologue computed for these arguments' hoisted leaves. The
+        checks pair with those values only if nothing refilled the slot while they were made."""
+        token = self.h.ids  # the callers' condition: these arguments' slow arrays
         self.usable, self.same_hoisted, self.same_lead, self.passed = self._checks(args, kwargs)
-        self.h_ids = self.h.ids
+        self.h_ids = token
+        if self.h.ids is not token:  # refilled meanwhile: no values are these arrays' now
+            self.usable, self.h_ids = False, None
 
     def refresh_spare(self, args: tuple, kwargs: dict, slot: Any) -> None:
         """Now in `slot`, one after the first (HoistedCall.spares): the checks of these arguments'
@@ -121,8 +129,11 @@ class HotPath:
         for c in self.spares:
             check = c.same_lead if lead else c.same_hoisted
             if check is not None and c.live() and check(arg):
+                values = c.slot.values
+                if values is None or c.slot.ids is not c.token:  # refilled while read (hot_call)
+                    return None
                 self.h.saw(c.token)
-                return c.slot.values, tuple(map(operator.call, c.passed))  # alive: `arg` holds them
+                return values, tuple(map(operator.call, c.passed))  # alive: `arg` holds them
         return None
 
     def _checks(self, args: tuple, kwargs: dict) -> tuple:
@@ -183,7 +194,7 @@ class HotPath:
                 own = self.own is not None and slow and not compat.traced(slow)
                 own = own and fast_signature(lay.fast(args, kwargs)) == self.own and h.owns(slow)
                 direct = own and h.wants_direct(ids, slow)
-                return opt._run_direct(self.entry, args, kwargs) if direct else MISS
+                return run_direct(opt, self.entry, args, kwargs) if direct else MISS
             passed = lay.pick_passed(leaves)
             h.saw(slot.token if in_spare else self.h_ids)
         fast, fast_kw = lay.fast(args, kwargs)
@@ -218,14 +229,18 @@ class HotPath:
         def hot_call(opt: Any, /, *args: Any, **kwargs: Any) -> Any:
             # the slow arrays are still the cached ones (cache.ids is replaced or cleared otherwise) and
             # args[0] holds them: every leaf alive, so the values belong to it. Under disable_jit,
-            # or a donating call under a trace, Optimized.__call__ decides (~0.1 µs to ask).
+            # or a donating call under a trace, Optimized.__call__ decides (~0.1 µs to ask). No
+            # lock (0.5 µs a call here): a refill, on another thread's full path, clears ids before
+            # it writes values, so values read between two checks of the token are the token's
             if config.jax_disable_jit or (donating and compat.under_trace()):
                 return slow_call(opt, *args, **kwargs)
-            if args and cache.ids is token and same_lead(args[0]):
+            if args and cache.ids is token and same_lead(args[0]) and (values := cache.values) is not None:
+                if cache.ids is not token:  # refilled while read
+                    return slow_call(opt, *args, **kwargs)
                 if h.seen is not token and h.seen != token:  # HoistedCall.saw, inline
                     h.before, h.seen, cache.stamp = h.seen, token, h.direct_runs
                 h.streak = 0
-                got = cache.values, (tuple(map(get, refs)) if refs else ())
+                got = values, (tuple(map(get, refs)) if refs else ())
             elif not args or not h.spares or (got := from_spare(args[0], lead=True)) is None:
                 return slow_call(opt, *args, **kwargs)  # not the arrays of any slot
             try:
@@ -375,7 +390,7 @@ def structure_hit(
     if ids == h.ids or compat.traced(slow) or not (same or key() not in opt._cache):
         return MISS  # cached arrays at other shapes, a trace, or another built signature's call
     back = not same and known.unbuilt.came_back(ids, slow)
-    return opt._run_direct(entry, args, kwargs) if h.wants_direct(ids, slow, same, back) else MISS
+    return run_direct(opt, entry, args, kwargs) if h.wants_direct(ids, slow, same, back) else MISS
 
 
 def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwargs: dict) -> Any:
@@ -400,6 +415,28 @@ def _cached_run(opt: Any, entry: Any, leaves: list, slot: Any, args: tuple, kwar
         return hot._run(slot.values, hot.layout.pick_passed_full(leaves), fast, fast_kw)
     except NotHot:  # not expected at the signature's own shapes: the full call path decides
         return MISS
+
+
+def run_direct(opt: Any, entry: Any, args: tuple, kwargs: dict) -> Any:
+    """jax.jit's program, for a hoisted signature called with new slow arrays (HoistedCall.
+    wants_direct); after HANDOFF_AFTER such calls in a row the signature is handed off: it runs
+    jax.jit's program from now on, through the C++ fast path once no signature needs Python,
+    so its calls cost what jax.jit's do. `clear_cache()` hoists again."""
+    out = opt._jitted(*args, **kwargs)
+    if entry.handed_off or not entry.call.handoff_due:
+        return out
+    entry.handed_off = True
+    log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", fn_name(opt.fn))
+    handoff_schedule(opt, entry, args, kwargs)
+    opt._adopt_mode(entry)
+    python = any(needs_python(e, opt._fast_mode) for e in opt._cache.values())
+    if opt._fast_state == "off" and opt._fast_path() and not python:
+        opt._fast_state = "on"
+        opt._set_hot_path(None)
+        opt._hot.clear()
+    if opt._fast_state == "on" and opt._all_original():
+        opt._enter_jit()  # no signature left whose program is not jax.jit's
+    return out
 
 
 def slow_leaves(opt: Any, owners: list[int | str], leaves: list) -> frozenset[int]:

@@ -139,8 +139,9 @@ class Layout:
 
     def _signature(self, fn: Callable) -> inspect.Signature | None:
         """The main jit's parameters as jax names them in its errors: the prologue values, the
-        hoisted leaves it reads, then `fn`'s parameters besides the hoisted ones. None where they
-        cannot be told apart (a hoisted position within *args, an unreadable signature)."""
+        hoisted leaves it reads, then `fn`'s parameters besides those hoisted by position. None
+        where they cannot be told apart (a hoisted position within *args, an unreadable signature,
+        a parameter named `values`, one hoisted by name before others without defaults)."""
         sig = signature_of(fn)
         if sig is None:
             return None
@@ -149,11 +150,16 @@ class Layout:
         positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
         if any(i >= len(positional) for i in self.pos):
             return None
-        hoisted = {positional[i].name for i in self.pos} | set(self.names)
+        # removed where passed by position (`shifted` numbers the rest so); one passed by name
+        # stays, never given (optional: a call binds without it)
+        dropped = {positional[i].name for i in self.pos}
+        rest = [
+            p.replace(default=None) if p.name in self.names else p for p in params if p.name not in dropped
+        ]
         head = [P("values", P.POSITIONAL_ONLY), P("passed", P.POSITIONAL_ONLY)]
         try:
-            return sig.replace(parameters=head + [p for p in params if p.name not in hoisted])
-        except ValueError:  # e.g. a parameter of fn's named `values`
+            return sig.replace(parameters=head + rest)
+        except ValueError:  # a duplicate name, or a default before a parameter without one
             return None
 
 

@@ -409,10 +409,6 @@ class PrologueValues:
         kept: KeptValues | None = None,
     ):
         self.prologue = prologue
-        self.group = [] if group is None else group  # every cache of this prologue program
-        self.group.append(self)
-        self.kept = KeptValues() if kept is None else kept
-        self.kept.slots.add(self)
         self.nbytes = 0  # of `values`
         self.ids: tuple[int, ...] | None = None  # of the slow leaves the cached values belong to
         self.values: list[Any] | None = None
@@ -420,6 +416,11 @@ class PrologueValues:
         self.runs = 0  # prologue runs
         self.fills = 0  # times values were cached: run here or taken from another signature
         self.stamp = 0  # the signature's direct runs when its set last became the one called
+        # shown to the group and the instance's bound last, whole
+        self.group = [] if group is None else group  # every cache of this prologue program
+        self.group.append(self)
+        self.kept = KeptValues() if kept is None else kept
+        self.kept.slots.add(self)
 
     def _invalidate(self) -> None:
         self.ids = None
@@ -452,7 +453,11 @@ class PrologueValues:
                     return values
             for f in self.finalizers:  # the old leaves' deaths must not clear these values
                 f.detach()
-            self.ids, self.values, self.nbytes = ids, values, values_bytes(values)
+            # in this order: a quick path reading without the instance's lock checks the token
+            # before and after it reads the values (hoist.HotPath.call_class)
+            self.ids = None
+            self.values, self.nbytes = values, values_bytes(values)
+            self.ids = ids
             self.fills += 1
             me = weakref.ref(self)  # a parameter array alive must not keep these values alive
             self.finalizers = [weakref.finalize(x, _invalidate, me) for x in slow]

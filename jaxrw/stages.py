@@ -82,7 +82,8 @@ class Stages:
         the returned function is built for."""
         from .hoist import bind
 
-        return bind(self, args, kwargs)
+        with self._lock:  # type: ignore[attr-defined]  # Optimized's: it runs the prologue once
+            return bind(self, args, kwargs)
 
     def explain(self, /, *args: Any, **kwargs: Any) -> Any:
         """`jaxrw.explain` of this function for these arguments (`measure=True` also times it)."""

@@ -147,11 +147,11 @@ def test_parameters_of_two_shapes_in_turn_are_each_decided_by_their_own_signatur
     # one signature's quick path asked its own policy about the other shape's arrays (the data
     # the same): "a set come back" wanted a spare slot there, a second copy of values its own
     # signature held, which the bound refused, and each call of it ran jax.jit's program
-    from jaxrw.api import Optimized
+    from jaxrw import hoist
 
     direct: list = []
-    real = Optimized._run_direct
-    monkeypatch.setattr(Optimized, "_run_direct", lambda o, e, a, k: direct.append(a[0]) or real(o, e, a, k))
+    real = hoist.run_direct
+    monkeypatch.setattr(hoist, "run_direct", lambda o, e, a, k: direct.append(a[0]) or real(o, e, a, k))
     opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=2 * ONE_SET)
     a, b, x = _params(460), _params(461, r=32), _x(462)
     with _unsaid():  # both fit: nothing is refused

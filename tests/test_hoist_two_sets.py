@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jaxrw
+from jaxrw import hoist
 from jaxrw.prologue import EVICT_AFTER, MAX_SETS, HoistedCall
 from tests.test_hoist import _call, _params, _x, f
 from tests.test_hoist_call_class import _served
@@ -46,7 +47,7 @@ def _no_full_path(monkeypatch, opt):
     """From here on, a call that is not served from a slot's values fails the test."""
     monkeypatch.setattr(HoistedCall, "values_for", refuse)
     monkeypatch.setattr(HoistedCall, "wants_direct", refuse)
-    monkeypatch.setattr(opt, "_run_direct", refuse)
+    monkeypatch.setattr(hoist, "run_direct", refuse)
 
 
 def test_two_sets_in_turn_each_run_on_values_of_their_own(monkeypatch):
