@@ -216,7 +216,7 @@ class Optimized(Stages):
         key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+            entry = self._cache.setdefault(key, self._build(args, kwargs, dyn, statics, leaves, in_tree))
         if self._fast_state == "on" and self._all_original():
             self._enter_jit()
             try:
@@ -417,7 +417,7 @@ class Optimized(Stages):
                 return self._cache[key], key, leaves
             entry = self._build(args, kwargs, dyn, statics, leaves, in_tree)
             if keep:
-                self._cache[key] = entry
+                entry = self._cache.setdefault(key, entry)  # another thread's, built meanwhile
         return entry, key, leaves
 
     def clear_cache(self) -> None:
@@ -444,7 +444,11 @@ class Optimized(Stages):
         flat = signature.flat_function(self.fn, *statics, args, kwargs, in_tree)
         return compat.traced_as(flat, self.fn, args, kwargs, statics, in_tree.num_leaves)
 
-    def _build(self, args, kwargs, dyn, statics, leaves, in_tree) -> Entry:
+    def _build(self, *how: Any) -> Entry:
+        with hoist.stepped_out(self._lock):  # a trace of the user's code may wait on another thread's
+            return self._traced_and_rewritten(*how)
+
+    def _traced_and_rewritten(self, args, kwargs, dyn, statics, leaves, in_tree) -> Entry:
         self.traces += 1
         flat = self._flat_fn(args, kwargs, in_tree)
         specs = [spec(x) for x in leaves]

@@ -4,10 +4,11 @@ calls (`HotPath`), and, when the slow arrays change on every call, jax.jit's own
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -23,6 +24,7 @@ from .signature import leaf_key  # the signature key optimize uses
 
 __all__ = ["HoistedCall", "HotPath", "NotHot", "MISS", "DIRECT", "HANDOFF_AFTER", "picker", "bind"]
 __all__ += ["handoff_schedule", "slow_leaves", "install_hot", "first_call", "run_proven", "run_direct"]
+__all__ += ["stepped_out"]
 
 log = logging.getLogger("jaxrw")
 
@@ -32,7 +34,7 @@ class NotHot(Exception):  # noqa: N818 - a signal, caught by Optimized.__call__
 
 
 MISS = object()  # HotPath could not take the call: the full call path does
-DIRECT = object()  # run_proven: jax.jit's program runs this call (Optimized._run_direct)
+DIRECT = object()  # run_proven: jax.jit's program runs this call (run_direct)
 
 
 class HotStructure:
@@ -250,12 +252,28 @@ class HotPath:
                     raise
                 return nested(*got, *args[1:], **kwargs)
             except NotHot:  # other shapes: this path is off for good (as in Optimized.__call__)
-                opt._set_hot_path(None, off=True)
+                with opt._lock:
+                    opt._set_hot_path(None, off=True)
             return slow_call(opt, *args, **kwargs)
 
         # `_checked_hot`: a call it passes on was not this path's (Optimized.__call__ goes on to the
         # structure lookup, which finds any signature's slot, and the policy for new arrays)
         return type(base.__name__, (base,), {"__call__": hot_call, "_call_class": True, "_checked_hot": True})
+
+
+@contextlib.contextmanager
+def stepped_out(lock: Any) -> Iterator[None]:
+    """The block runs out of `lock` (an RLock, however many times this thread holds it), which is
+    taken again after, as threading.Condition.wait does: a build traces the user's function,
+    whose jax.jit calls may wait on a trace in another thread that waits on this lock."""
+    if not lock._is_owned():
+        yield
+        return
+    state = lock._release_save()
+    try:
+        yield
+    finally:
+        lock._acquire_restore(state)
 
 
 def needs_python(entry: Any, fast_mode: str = "xla") -> bool:

@@ -141,7 +141,7 @@ class Layout:
         """The main jit's parameters as jax names them in its errors: the prologue values, the
         hoisted leaves it reads, then `fn`'s parameters besides those hoisted by position. None
         where they cannot be told apart (a hoisted position within *args, an unreadable signature,
-        a parameter named `values`, one hoisted by name before others without defaults)."""
+        a parameter named `values` or `passed`, one hoisted by name before others without defaults)."""
         sig = signature_of(fn)
         if sig is None:
             return None

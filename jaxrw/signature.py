@@ -101,8 +101,9 @@ def explicit_sharding(aval: Any) -> Any:
 def split_inner_axis(leaves: list) -> str:
     """Where a call's arrays are split over several devices along an axis other than their first
     (a tensor-parallel layout: column-split weights), said in words; "" where none is (replicated,
-    one device, or split along the batch axis alone). Read from concrete arrays, and from tracers
-    on meshes with Explicit axes (elsewhere a tracer's placement is XLA's to choose)."""
+    one device, or split along the batch axis alone). Read from concrete arrays and
+    ShapeDtypeStructs, and from tracers on meshes with Explicit axes (elsewhere a tracer's
+    placement is XLA's to choose)."""
     for i, x in enumerate(leaves):
         if compat.is_tracer(x):
             placed = explicit_sharding(compat.get_aval(x))
@@ -114,7 +115,7 @@ def split_inner_axis(leaves: list) -> str:
                 for a, part in enumerate(placed.spec)
                 if part is not None
             }
-        elif isinstance(x, jax.Array) and not x.sharding.is_fully_replicated:  # over several devices
+        elif isinstance(x, jax.Array | jax.ShapeDtypeStruct) and _split_placement(x):  # over several devices
             shard = x.sharding.shard_shape(x.shape)
             ways = {
                 a: whole // part for a, (part, whole) in enumerate(zip(shard, x.shape, strict=True)) if part
@@ -128,6 +129,12 @@ def split_inner_axis(leaves: list) -> str:
                 f"argument leaf {i} {compat.get_aval(x).str_short()} is split {inner[a]} ways along axis {a}"
             )
     return ""
+
+
+def _split_placement(x: Any) -> bool:
+    """An array, or a ShapeDtypeStruct given a sharding, placed over several devices in parts."""
+    sharding = getattr(x, "sharding", None)
+    return sharding is not None and hasattr(sharding, "shard_shape") and not sharding.is_fully_replicated
 
 
 def spec(x: Any) -> Any:

@@ -52,12 +52,18 @@ class Stages:
 
     def _entry_for_shapes(self, args: tuple, kwargs: dict) -> Any:
         """The entry of a signature given as jax.ShapeDtypeStructs, built under a trace (as a
-        `lower` builds it: kept for later calls, unless a call would build it with arrays)."""
+        `lower` builds it: kept for later calls, unless a call would build it with arrays, to
+        hoist, time schedules or autotune). A tracer does not show a split placement: the
+        structs' own shardings are read first (`signature.split_inner_axis`)."""
         opt: Any = self
         built: list[Any] = []
+        keep = opt._keep or not (opt._build_outside() or opt.autotune)
+        opt._split_note = opt._split_note or signature.split_inner_axis(
+            jax.tree_util.tree_leaves((args, kwargs))
+        )
 
         def probe(*values: Any, **kw: Any) -> None:
-            built.append(opt._entry_for(values, kw, keep=opt._keep or not opt._build_outside())[0])
+            built.append(opt._entry_for(values, kw, keep=keep)[0])
 
         signature.with_shapes_traced(probe, args, kwargs)
         return built[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -110,3 +111,63 @@ def test_a_refill_while_the_quick_path_is_set_up_leaves_it_for_no_values(monkeyp
     for _ in range(3):
         np.testing.assert_allclose(opt(sets[0], x), want[0], rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(opt(sets[1], x), want[1], rtol=1e-4, atol=1e-4)
+
+
+def test_a_refill_between_the_quickest_calls_check_and_its_read_is_not_served(monkeypatch):
+    # another thread's refill landing inside the quickest call (HotPath.call_class), after it
+    # checked the slot's token and before it read the values: the values read are checked again
+    sets, x = _sets(2), jnp.ones((2, 32))
+    want = [np.asarray(jax.jit(f)(p, x)) for p in sets]
+    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=6000)
+    real, armed = hoist.HotPath._checks, [False]
+
+    def checks_whose_lead_check_lets_a_refill_in(self, args, kwargs):
+        usable, same_hoisted, same_lead, passed = real(self, args, kwargs)
+        if same_lead is not None:
+            inner = same_lead
+
+            def same_lead(a):
+                ok = inner(a)
+                if armed[0]:
+                    armed[0] = False
+                    t = threading.Thread(target=lambda: (opt(sets[1], x), opt(sets[1], x)))
+                    t.start()
+                    t.join()
+                return ok
+
+        return usable, same_hoisted, same_lead, passed
+
+    monkeypatch.setattr(hoist.HotPath, "_checks", checks_whose_lead_check_lets_a_refill_in)
+    for _ in range(3):
+        opt(sets[0], x)
+    assert type(opt).__call__.__name__ == "hot_call"
+    armed[0] = True
+    np.testing.assert_allclose(opt(sets[0], x), want[0], rtol=1e-4, atol=1e-4)
+    assert not armed[0]  # the refill did land inside the check
+
+
+def test_a_build_waiting_on_another_threads_trace_does_not_hold_the_lock():
+    # thread A traces a jax.jit J whose function calls the optimized g; thread B's first call of g
+    # traces g, whose body calls J: B waits on A's trace of J, which waited on B's lock (a hang)
+    sets = _sets(1)
+    P0 = sets[0]
+
+    def g_fn(p, x):
+        return J(x) if x.ndim == 2 else x @ p["A"] @ p["B"]
+
+    def h(x):
+        time.sleep(0.5)  # A's trace of J is still running when B's build calls J
+        return g(P0, x[None])[0]
+
+    J = jax.jit(h)
+    g = jaxrw.optimize(g_fn, hoist_argnums=0)
+    x, done = jnp.ones((2, 32)), []
+    a = threading.Thread(target=lambda: done.append(J(x)), daemon=True)
+    b = threading.Thread(target=lambda: done.append(g(P0, x)), daemon=True)
+    a.start()
+    time.sleep(0.1)
+    b.start()
+    a.join(60)
+    b.join(60)
+    assert len(done) == 2, "deadlocked"
+    np.testing.assert_allclose(done[0], done[1], rtol=1e-4, atol=1e-4)

@@ -285,6 +285,15 @@ def test_report_and_explain_take_shapes_as_lower_does_and_the_call_reuses_that_b
         jaxrw.explain(_chain, shape(a), b, v, measure=True)
 
 
+def test_a_report_from_shapes_under_autotune_is_built_again_from_the_first_call():
+    # autotune times candidates on arrays: a build from shapes has none, so the call builds again
+    a, b, v = _r(127, 96, 96), _r(128, 96, 96), _r(129, 96, 2)
+    opt = jaxrw.optimize(_chain, autotune=True)
+    assert opt.report(*(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (a, b, v))).autotune is None
+    np.testing.assert_allclose(opt(a, b, v), _chain(a, b, v), rtol=1e-4, atol=1e-4)
+    assert opt.traces == 2 and opt.report(a, b, v).autotune is not None
+
+
 def test_a_report_from_shapes_of_a_hoisting_function_is_built_again_from_the_first_call():
     hoisted = jaxrw.optimize(_decoder, hoist_argnums=0)
     p, x = _params(123), _r(124, 4, 64)

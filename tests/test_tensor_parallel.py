@@ -115,3 +115,15 @@ def test_explain_keeps_what_the_calls_keep():
     replicated = [jnp.ones((32, 64)), *_rand(6, (64, 64), (64, 64), (64, 8))]  # a new signature
     assert not opt.report(*replicated).rewritten
     assert opt.explain(*replicated).status == "kept"
+
+
+def test_a_report_from_shapes_reads_their_shardings_and_the_call_keeps_jax_jits():
+    # a tracer does not show a split placement: the report from ShapeDtypeStructs said rewritten,
+    # and its build served the call, whose output lost jax.jit's column split
+    args = _placed((P(), P(), P("m"), P(None, "m")), _rand(7, (64, 64), (64, 64), (64, 64), (64, 8)))
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding) for a in args]
+    opt = jaxrw.optimize(_chain, strict=True)
+    report = opt.report(*shapes)
+    assert not report.rewritten and report.stop_reason is StopReason.SHARDED
+    got, want = opt(*args), jax.jit(_chain)(*args)
+    assert got.sharding.is_equivalent_to(want.sharding, got.ndim)

@@ -131,7 +131,7 @@ def dot_dims(node: Node, view: EGraphView) -> tuple[int, int, int, int]:
 def transposed_operands(node: Node, view: EGraphView) -> list[str]:
     """The operands of a dot that a GEMM taking one layout copies first (`Profile.
     lhs_transposed_copied`): the left one where it contracts over a leading axis rather than its
-    minor one, and then the right one too where it contracts over its minor axis. None for a
+    minor one, and then the right one too where it contracts over its minor axis. Neither for a
     matrix-vector product: XLA:CPU's takes either layout at the same speed."""
     a, b = node.children
     nb, lc, rc, _cfg = node.attrs
