@@ -88,12 +88,17 @@ def test_threads_adding_signatures_while_parameters_change_raise_nothing(often_s
     _in_threads(work, 2)
 
 
+def _one_slot():
+    """Two parameter sets, an input, jax.jit's results, and a function keeping one set's values."""
+    sets, x = _sets(2), jnp.ones((2, 32))
+    want = [np.asarray(jax.jit(f)(p, x)) for p in sets]
+    return sets, x, want, jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=6000)
+
+
 def test_a_refill_while_the_quick_path_is_set_up_leaves_it_for_no_values(monkeypatch):
     # the race above replayed in one thread: another set's calls refill the one slot while the quick
     # path makes its identity checks for this set's call
-    sets, x = _sets(2), jnp.ones((2, 32))
-    want = [np.asarray(jax.jit(f)(p, x)) for p in sets]
-    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=6000)
+    sets, x, want, opt = _one_slot()
     real, armed = hoist.HotPath._checks, [False]
 
     def checks_with_a_refill(self, args, kwargs):
@@ -116,9 +121,7 @@ def test_a_refill_while_the_quick_path_is_set_up_leaves_it_for_no_values(monkeyp
 def test_a_refill_between_the_quickest_calls_check_and_its_read_is_not_served(monkeypatch):
     # another thread's refill landing inside the quickest call (HotPath.call_class), after it
     # checked the slot's token and before it read the values: the values read are checked again
-    sets, x = _sets(2), jnp.ones((2, 32))
-    want = [np.asarray(jax.jit(f)(p, x)) for p in sets]
-    opt = jaxrw.optimize(f, hoist_argnums=0, max_hoist_bytes=6000)
+    sets, x, want, opt = _one_slot()
     real, armed = hoist.HotPath._checks, [False]
 
     def checks_whose_lead_check_lets_a_refill_in(self, args, kwargs):
