@@ -169,12 +169,9 @@ class Optimized(Stages):
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        if not self.hoisted_owners:
-            return self._call(*args, **kwargs)
-        with self._lock:  # hoisting: a call checks, reads and refills values other calls keep
-            return self._call(*args, **kwargs)
-
-    def _call(self, /, *args: Any, **kwargs: Any) -> Any:
+        if self.hoisted_owners and not self._lock._is_owned():  # no frame more for other functions
+            with self._lock:  # hoisting: a call checks, reads and refills values other calls keep
+                return Optimized.__call__(self, *args, **kwargs)
         traced_donor = self.donors and self._fast_state not in ("broken", "disabled")
         if traced_donor and compat.under_trace():  # called under jit, grad or vmap (0.07 µs to ask)
             return self._without_donation(*args, **kwargs)
