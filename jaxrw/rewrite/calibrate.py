@@ -54,40 +54,34 @@ def _vector_rate(n: int, samples: int, steps: int = 64) -> float:
     return 2.0 * steps * n / time_one(jax.jit(f), (x,), samples=samples).median
 
 
+def _slowdown_transposed(
+    n: int, x_shape: tuple, seed: int, plain: Any, transposed: Any, samples: int
+) -> float:
+    """Median time of `transposed(x, W)` over that of `plain(x, Wᵀ)`: one product on the same
+    data, a random n x n W passed as it is stored or transposed (an eager copy)."""
+    kx, kw = jax.random.split(jax.random.key(seed))
+    x = jax.random.normal(kx, x_shape, jnp.float32)
+    w = jax.random.normal(kw, (n, n), jnp.float32) / math.sqrt(n)
+    t = measure(
+        {"plain": (jax.jit(plain), (x, w.T)), "transposed": (jax.jit(transposed), (x, w))}, repeats=samples
+    )
+    return t["transposed"].median / t["plain"].median
+
+
 def _transpose_folded(n: int, samples: int) -> bool:
     """Whether `x @ W.T` runs within 10% of `x @ W` on the same (transposed) data: then XLA folds
     the transpose into the GEMM's operand layout instead of copying W (`Profile.transpose_folded`)."""
-    k1, k2 = jax.random.split(jax.random.key(2))
-    x = jax.random.normal(k1, (max(8, n // 8), n), jnp.float32)
-    w = jax.random.normal(k2, (n, n), jnp.float32) / math.sqrt(n)
-    w_t = w.T  # the same matrix, laid out for a plain product (an eager copy)
-    t = measure(
-        {
-            "plain": (jax.jit(lambda x, w: x @ w), (x, w_t)),
-            "transposed": (jax.jit(lambda x, w: x @ w.T), (x, w)),
-        },
-        repeats=samples,
-    )
-    return t["transposed"].median <= 1.1 * t["plain"].median
+    product = lambda x, w: x @ w  # noqa: E731
+    return _slowdown_transposed(n, (max(8, n // 8), n), 2, product, lambda x, w: x @ w.T, samples) <= 1.1
 
 
 def _lhs_transposed_copied(n: int, samples: int) -> bool:
     """Whether `Wᵀ @ x` taken as one product (W contracted over its leading axis) runs over 10%
     slower than `W @ x` on the same (transposed) data: then the GEMM copies W into its other
     layout first (`Profile.lhs_transposed_copied`)."""
-    k1, k2 = jax.random.split(jax.random.key(3))
-    w = jax.random.normal(k1, (n, n), jnp.float32) / math.sqrt(n)
-    x = jax.random.normal(k2, (n, max(8, n // 16)), jnp.float32)
-    w_t = w.T  # the same matrix, laid out for a plain product (an eager copy)
     leading = (((0,), (0,)), ((), ()))
-    t = measure(
-        {
-            "plain": (jax.jit(lambda w, x: w @ x), (w_t, x)),
-            "leading": (jax.jit(lambda w, x: jax.lax.dot_general(w, x, leading)), (w, x)),
-        },
-        repeats=samples,
-    )
-    return t["leading"].median > 1.1 * t["plain"].median
+    product, as_one = (lambda x, w: w @ x), (lambda x, w: jax.lax.dot_general(w, x, leading))
+    return _slowdown_transposed(n, (n, max(8, n // 16)), 3, product, as_one, samples) > 1.1
 
 
 def calibrate(quick: bool = False) -> Profile:
