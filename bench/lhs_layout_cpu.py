@@ -6,7 +6,8 @@ left operand contracted over its leading axis, TT: both transposed, NT: `x @ W.T
 product) on the same data, then a sign-SGD step on a factorized layer (the gradient of
 tanh(x @ (U @ V)) holds transposes of products; removing them made a 256x256 product contract
 over its leading axis and the step ran about 2x slower than jax.jit) under jaxrw with the built-in
-CPU profile with the flag off (as before) and on (as now). Medians of interleaved samples.
+CPU profile with the flag off (as before) and on (as now). Medians of seven rounds of samples
+(jaxrw.rewrite.measure).
 
     python bench/lhs_layout_cpu.py OUT.json COMMIT
 """
@@ -16,42 +17,29 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 import jaxrw
+from jaxrw.rewrite.measure import measure
 from jaxrw.rewrite.profiles import CPU
 
 LAYOUTS = {"NN": ((1,), (0,)), "TN": ((0,), (0,)), "TT": ((0,), (1,)), "NT": ((1,), (1,))}
 SHAPES = [(256, 256, 16), (512, 512, 2), (512, 512, 1), (16, 256, 256), (64, 1024, 64), (512, 512, 512)]
 
 
-def medians(fns: dict, args: dict, rounds: int = 7, calls: int = 100) -> dict[str, float]:
-    """Median seconds per call of each function, its samples taken in turn."""
-    for name, f in fns.items():
-        jax.block_until_ready(f(*args[name]))
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, f in fns.items():
-            t = time.perf_counter()
-            for _ in range(calls):
-                out = f(*args[name])
-            jax.block_until_ready(out)
-            samples[name].append((time.perf_counter() - t) / calls)
-    return {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+def medians(variants: dict[str, tuple]) -> dict[str, float]:
+    """Median seconds per call of each `name -> (fn, args)`, samples taken in rotating rounds."""
+    return {k: t.median for k, t in measure(variants, repeats=7).items()}
 
 
 def layouts(m: int, k: int, n: int) -> dict[str, float]:
     a, b = jnp.ones((m, k)), jnp.ones((k, n))
     operands = {"NN": (a, b), "TN": (a.T.copy(), b), "TT": (a.T.copy(), b.T.copy()), "NT": (a, b.T.copy())}
-    fns = {
-        name: jax.jit(lambda x, y, dims=dims: lax.dot_general(x, y, (dims, ((), ()))))
-        for name, dims in LAYOUTS.items()
-    }
-    return medians(fns, operands)
+    product = lambda dims: jax.jit(lambda x, y: lax.dot_general(x, y, (dims, ((), ()))))  # noqa: E731
+    return medians({name: (product(dims), operands[name]) for name, dims in LAYOUTS.items()})
 
 
 def sign_sgd_step(U, V, x):
@@ -71,7 +59,7 @@ def main() -> None:
         "jaxrw (flag off)": jaxrw.optimize(sign_sgd_step, profile=before),
         "jaxrw (flag on)": jaxrw.optimize(sign_sgd_step, profile=CPU),
     }
-    step = {k: v * 1e6 for k, v in medians(fns, dict.fromkeys(fns, args), calls=200).items()}
+    step = {k: v * 1e6 for k, v in medians({k: (f, args) for k, f in fns.items()}).items()}
     rewritten = {k: fns[k].report(*args).rewritten for k in fns if k != "jax.jit"}
     record = {"commit": commit, "device": jax.devices()[0].device_kind, "layouts_us": rows}
     record |= {"sign_sgd_step_us": step, "rewritten": rewritten}
