@@ -248,7 +248,10 @@ class Optimized(Stages):
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not compat.traced(leaves):
             want = entry.expected(self._jitted, args, kwargs, leaves)
-            check_outputs(result, want, fn_name(self.fn), self.numerics)
+            flat = lambda: self._flat_fn(args, kwargs, key[0])  # noqa: E731 - the scales' program
+            check_outputs(
+                result, want, fn_name(self.fn), self.numerics, lambda: entry.error_scales(flat, leaves)
+            )
         return result
 
     def python_path_only(self) -> Optimized:

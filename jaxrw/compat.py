@@ -188,6 +188,13 @@ def scan_num_consts(params: dict) -> int:
     return len(consts)
 
 
+def scan_num_carry(params: dict) -> int:
+    """Carried operands of a scan (after its `scan_num_consts` constants; the rest are scanned)."""
+    if "num_carry" in params:
+        return int(params["num_carry"])
+    return len(params["ft_in"].unpack()[1])
+
+
 def scan_with_extra_consts(params: dict, body: Any, k: int) -> dict:
     """Scan parameters for the same loop with `k` more leading constants and a new body."""
     if "num_consts" in params:

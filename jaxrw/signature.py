@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from . import compat
+from . import compat, error_scale
 from .errors import InvalidArgumentError, InvalidOptionError
 
 if TYPE_CHECKING:
@@ -229,6 +229,7 @@ class Entry:
     hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
     handed_off: bool = False  # hoisted, but its slow arrays changed on every call: jax.jit's program
     reference: Callable[..., list] | None = None  # verify's, where jax.jit's makes jax.debug calls
+    scales: Any = None  # verify's error scales of the outputs (error_scale), False where none
 
     def expected(self, jitted: Callable, args: tuple, kwargs: dict, leaves: list) -> Any:
         """verify=True's reference outputs: jax.jit's, or for a program that makes jax.debug calls
@@ -236,6 +237,19 @@ class Entry:
         if self.reference is None:
             return jitted(*args, **kwargs)
         return jax.tree_util.tree_unflatten(self.out_tree, self.reference(*leaves))
+
+    def error_scales(self, flat: Callable[[], Callable], leaves: list) -> list | None:
+        """verify's scales of this signature's outputs at `leaves` (`error_scale`), or None where
+        there are none: the program calls out with results, or a donated input is gone."""
+        if any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves):
+            return None
+        try:
+            if self.scales is None:
+                self.scales = error_scale.scales_function(flat(), leaves) or False
+            return self.scales(*leaves) if self.scales else None
+        except Exception:  # noqa: BLE001 - without scales, the plain check stands
+            self.scales = False
+            return None
 
     def fall_back(self, why: str) -> Entry:
         """This signature runs jax.jit from now on (`why`), and its report says so (once).

@@ -3,6 +3,7 @@ the relative error that `verify`, the benchmarks and the tests measure."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -55,17 +56,44 @@ def relative_error(got: Any, want: Any, nonfinite: str = "same") -> float:
     return float(num / den)
 
 
-def check_outputs(got: Any, want: Any, name: str, numerics: str = "strict") -> None:
+def check_outputs(
+    got: Any, want: Any, name: str, numerics: str = "strict", scales: Callable[[], list | None] | None = None
+) -> None:
     """`verify`: raise VerificationError unless every output of the rewritten program is within
     its dtype's tolerance of jax.jit's (PRNG keys: their bits, exactly), with NaN and Inf as the
-    `numerics` mode promises them (NONFINITE_BY_NUMERICS)."""
+    `numerics` mode promises them (NONFINITE_BY_NUMERICS). An output further than that from
+    jax.jit's relative to its own size is still within it relative to the scale of the terms it
+    was computed from, where `scales` (called then, once) gives those (error_scale): a residual or
+    an objective near zero rounds at the scale of its terms in any order of evaluation."""
     got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
     nonfinite = NONFINITE_BY_NUMERICS.get(numerics, "same")
+    term_scales: list | None = None
     for i, (g, w) in enumerate(zip(got_leaves, want_leaves, strict=True)):
         if jax.dtypes.issubdtype(w.dtype, jax.dtypes.extended):
             g, w = jax.random.key_data(g), jax.random.key_data(w)
         tol, err = tolerance(jax.numpy.asarray(w).dtype), relative_error(g, w, nonfinite)
-        if err > tol:
+        if err <= tol:
+            continue
+        if term_scales is None and scales is not None and np.isfinite(err):  # not a NaN or Inf moved
+            term_scales = scales() or []
+        scaled = error_relative_to(g, w, term_scales[i]) if i < len(term_scales or ()) else err
+        if scaled > tol:
+            beside = f" ({scaled:.3g} relative to the scale of its terms)" if scaled != err else ""
             raise VerificationError(
-                f"{name}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}"
+                f"{name}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}{beside}"
             )
+
+
+def error_relative_to(got: Any, want: Any, scale: Any) -> float:
+    """||got - want|| / ||scale|| over the entries finite in both (float("inf") where the error is
+    not finite): the scale is the larger of jax.jit's magnitude and `scale`, which is taken where
+    it is finite."""
+    g, w = np.asarray(got), np.asarray(want)
+    wide = np.complex128 if np.iscomplexobj(g) or np.iscomplexobj(w) else np.float64
+    g, w, s = g.astype(wide), w.astype(wide), np.asarray(scale, dtype=np.float64)
+    if g.shape != w.shape or s.shape != w.shape:
+        return float("inf")
+    both = np.isfinite(g) & np.isfinite(w)
+    size = np.where(np.isfinite(s), np.maximum(s, np.abs(w)), np.abs(w))[both]
+    num, den = np.linalg.norm(g[both] - w[both]), np.linalg.norm(size)
+    return float(num / den) if den > 0 else float(num)
