@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -96,3 +98,15 @@ class Stages:
         from .explain import explain
 
         return explain(self, *args, **kwargs)
+
+    def __copy__(self) -> Any:
+        """A new optimized function of the same function and options, with no signatures yet (as
+        `copy.copy` of a jax.jit gives a new jitted function): the copy builds its own programs and
+        keeps its own hoisted values, instead of sharing a lock and caches with this one."""
+        return dataclasses.replace(self, traces=0, _cache={})  # type: ignore[type-var]
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        """As `__copy__`, of a deep copy of the function (a bound method's object, a module's
+        attributes), where `copy.deepcopy` failed on the thread lock (a new user's try)."""
+        fn = copy.deepcopy(self.fn, memo)  # type: ignore[attr-defined]
+        return dataclasses.replace(self, fn=fn, traces=0, _cache={})  # type: ignore[type-var]

@@ -574,3 +574,23 @@ def test_a_donated_argument_passed_by_keyword_is_donated():
         x, y = jnp.ones((64, 64)), jnp.ones((64, 64))
         call(opt, x), call(jit, y)
         assert x.is_deleted() == y.is_deleted() == True  # noqa: E712
+
+
+def test_copies_are_new_optimized_functions():
+    # copy.deepcopy failed on the thread lock (TypeError: cannot pickle '_thread.RLock'), where
+    # jax.jit's copies; a shallow copy shared the lock, caches and hoisted values (a new user's try)
+    import copy
+
+    x, w = _rand(11, (4, 8), (8, 8))
+    f = jaxrw.optimize(lambda x, w: x @ w @ w, hoist_argnums=1, strict=True)
+    f(x, w)
+
+    class Trainer:
+        def __init__(self):
+            self.step = f
+
+    for dup in (copy.copy(f), copy.deepcopy(f), copy.deepcopy(Trainer()).step):
+        assert dup is not f and dup._cache is not f._cache and dup._lock is not f._lock
+        assert (dup.hoist_argnums, dup.strict, dup.traces) == ((1,), True, 0)
+        np.testing.assert_allclose(dup(x, 2 * w), 4 * (x @ w @ w), rtol=1e-5)
+    assert f.traces == 1

@@ -296,6 +296,10 @@ def test_parameters_new_on_every_call_hand_the_signature_to_jax_jit():
         np.testing.assert_allclose(opt(p, x), f(p, x), rtol=1e-4, atol=1e-5)
     (entry,) = opt._cache.values()
     assert entry.handed_off and opt._fast_state == "jit"
+    rows = dict(opt.report(sets[-1], x).rows())  # it read "rewritten" with the hoisted bytes kept
+    assert (
+        rows["result"].startswith("rewritten, then handed off to jax.jit's program") and "hoisted" not in rows
+    )
     call = entry.call
     runs = (call.prologue_runs, call.direct_runs)
     for _ in range(3):  # the same arrays again: still jax.jit's program, still right

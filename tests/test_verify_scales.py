@@ -110,7 +110,9 @@ def test_loops_and_branches_scale_as_written_out(loop):
     looped = {
         "scan": lambda A, c: lax.scan(lambda u, _: (_step(A, u), None), c, None, length=3)[0],
         "fori": lambda A, c: lax.fori_loop(0, 3, lambda i, u: _step(A, u), c),
-        "while": lambda A, c: lax.while_loop(lambda t: t[0] < 3, lambda t: (t[0] + 1, _step(A, t[1])), (0, c))[1],
+        "while": lambda A, c: lax.while_loop(
+            lambda t: t[0] < 3, lambda t: (t[0] + 1, _step(A, t[1])), (0, c)
+        )[1],
         "cond": lambda A, c: lax.cond(c[0] > -10, lambda u: _step(A, _step(A, _step(A, u))), lambda u: u, c),
     }[loop]
     written_out = lambda A, c: _step(A, _step(A, _step(A, c)))  # noqa: E731

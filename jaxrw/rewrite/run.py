@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from egglog import back_off
 from egglog import run as run_schedule
 
 from ..errors import Interrupt, InvalidOptionError, JaxrwError, RewriteStageError
@@ -123,6 +124,8 @@ class RewriteReport:
     nonfinite_note: str = ""  # why numerics="default" fell back to exact rules (nonfinite.py)
     schedule: str = ""  # what runs the program and why ("xla: asked for"); set by optimize
     fallback: str = ""  # why jax.jit runs this signature instead ("" when jaxrw's program runs)
+    handed_off: int = 0  # hoisted, but its hoisted arguments were new on this many calls in a row:
+    # jax.jit's program runs (hoist.run_direct)
 
     @property
     def predicted_speedup(self) -> float:
@@ -162,13 +165,13 @@ class RewriteReport:
                 ("cost model", self.cost_model),
                 ("extractor", self.extractor + (f" ({self.extractor_note})" if self.extractor_note else "")),
                 ("predicted", predicted),
-                ("result", "rewritten" if self.rewritten else f"original kept ({self.guard_note})"),
+                ("result", self._result_text()),
                 ("phases", phases),
             ]
             + ([("autotune", _autotune_row(self.autotune))] if self.autotune else [])
             + (
                 [("hoisted", hoisted_text(self.hoisted_bytes, self.hoisted_sets, self.hoisted_in_loop))]
-                if self.hoisted_bytes
+                if self.hoisted_bytes and not self.handed_off
                 else []
             )
             + ([("hoisting", self.hoist_note)] if self.hoist_note else [])
@@ -176,6 +179,16 @@ class RewriteReport:
             + ([("schedule", self.schedule)] if self.schedule else [])
             + ([("bodies", bodies_row(self.bodies))] if self.bodies else [])
         )
+
+    def _result_text(self) -> str:
+        if not self.rewritten:
+            return f"original kept ({self.guard_note})"
+        if self.handed_off:  # hoist.run_direct: the rewrite is not run, nothing is hoisted now
+            return (
+                f"rewritten, then handed off to jax.jit's program: the hoisted arguments were new on "
+                f"{self.handed_off} calls in a row (nothing is hoisted now; clear_cache() hoists again)"
+            )
+        return "rewritten"
 
     def __repr__(self) -> str:
         rows = self.rows()
@@ -206,6 +219,7 @@ class RewriteReport:
             "nonfinite_note": self.nonfinite_note,
             "schedule": self.schedule,
             "fallback": self.fallback,
+            "handed_off": self.handed_off,
             "bodies": [b.to_dict() for b in self.bodies],
         }
 
@@ -273,8 +287,7 @@ def saturate(
     else:
         report.stop_reason = StopReason.SATURATED
     if late:  # once, after the main rules: nothing they add is matched again
-        rep = eg.run(run_schedule(ruleset(*late, name=f"jaxrw_late_{id(program)}")) + analysis.saturate())
-        _count_fired(rep, decl_names, report)
+        _run_late(eg, ruleset(*late, name=f"jaxrw_late_{id(program)}"), decl_names, limits, report)
 
 
 def _count_fired(rep: Any, decl_names: dict[Any, str], report: RewriteReport) -> None:
@@ -322,6 +335,25 @@ def _run_main(
         if elapsed > limits.time_s or elapsed + (elapsed - before_iteration) * ahead > limits.time_s:
             report.stop_reason = StopReason.TIME_LIMIT
             break
+
+
+def _run_late(eg: Any, rs: Any, decl_names: dict[Any, str], limits: Limits, report: RewriteReport) -> None:
+    """Run the late rules once, a rule with more matches than the rows left under limits.nodes
+    not at all (egglog's back-off scheduler drops its matches): after a sum of 16 products of
+    scaled 16x16 matrices stopped at 32k rows, `batch.index_rows` matched 159k times and grew
+    the e-graph to 265k rows, extracted in 14 s (with 36 products, 1.45M rows in 86 s)."""
+    left = limits.nodes - _size(eg)
+    limited = {} if left == math.inf else {"scheduler": back_off(match_limit=max(1, int(left)), ban_length=1)}
+    rep = eg.run(run_schedule(rs, **limited))  # apart from the analysis: its matches are not counted
+    eg.run(analysis.saturate())
+    _count_fired(rep, decl_names, report)
+    found = [  # matches each rule found, applied or dropped (num_matches_per_rule: applied only)
+        sum(r.num_matches for r in reports)
+        for it in rep.iterations
+        for reports in it.rule_set_report.rule_reports.values()
+    ]
+    if _size(eg) > limits.nodes or any(n > left for n in found):
+        report.stop_reason = StopReason.NODE_LIMIT
 
 
 # egglog's rule declarations (made at the process's first rewrite) and e-graphs are not safe to

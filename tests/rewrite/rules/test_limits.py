@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxrw
 from jaxrw.rewrite.run import Limits, StopReason
 
 from .scale import attention_stack, deep_mlp, measure
@@ -26,3 +31,31 @@ def test_limits_are_reported_when_hit():
     assert rep.stop_reason is StopReason.ITERATION_LIMIT and rep.iterations == 2
     rep = measure(*attention_stack(4), limits=Limits(nodes=50))
     assert rep.stop_reason is StopReason.NODE_LIMIT
+
+
+def _rows_of_matrices(xs, w, v):
+    return xs[0] @ w, (xs[2] @ w) * 2, xs[1] @ v.T + 1, xs[3] @ w
+
+
+def test_the_late_rules_stay_within_the_node_limit():
+    # batch.index_rows runs once after the main rules; it matched 159k times after a sum of 16
+    # scaled products stopped at 32k rows, grew the e-graph to 265k rows and took 14 s to extract
+    # (36 products: 1.45M rows, 86 s); a rule with more matches than rows left now does not run
+    xs, w, v = jnp.ones((4, 8, 16)), jnp.ones((16, 8)), jnp.ones((8, 16))
+    free = jaxrw.optimize(_rows_of_matrices, rules=["batch.index_rows"]).report(xs, w, v)
+    assert free.rules_fired == {"batch.index_rows": 4} and free.stop_reason is StopReason.SATURATED
+    tight = jaxrw.optimize(_rows_of_matrices, rules=["batch.index_rows"], limits=Limits(nodes=60))
+    rep = tight.report(xs, w, v)
+    assert rep.rules_fired == {} and rep.stop_reason is StopReason.NODE_LIMIT
+
+
+def test_sums_of_scaled_products_stop_near_the_node_limit():
+    ms = [jax.random.normal(jax.random.key(i), (16, 16)) for i in range(4)]
+
+    def f(ms):
+        return sum(a @ b - b @ a * 0.5 for a in ms for b in ms)
+
+    opt = jaxrw.optimize(f)
+    rep = opt.report(ms)
+    assert rep.stop_reason is StopReason.NODE_LIMIT and rep.egraph_nodes <= Limits().nodes
+    np.testing.assert_allclose(opt(ms), jax.jit(f)(ms), rtol=1e-4, atol=1e-4)
