@@ -248,10 +248,9 @@ class Optimized(Stages):
         result = jax.tree_util.tree_unflatten(entry.out_tree, out)
         if self.verify and not compat.traced(leaves):
             want = entry.expected(self._jitted, args, kwargs, leaves)
-            flat = lambda: self._flat_fn(args, kwargs, key[0])  # noqa: E731 - the scales' program
-            check_outputs(
-                result, want, fn_name(self.fn), self.numerics, lambda: entry.error_scales(flat, leaves)
-            )
+            how = (self._jitted, (self.static_argnums, self.static_argnames), args, kwargs, key[0], leaves)
+            with hoist.stepped_out(self._lock):  # the scales' first use compiles a program
+                check_outputs(result, want, fn_name(self.fn), self.numerics, lambda: entry.error_scales(*how))
         return result
 
     def python_path_only(self) -> Optimized:

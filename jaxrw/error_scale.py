@@ -1,15 +1,17 @@
-"""verify's allowance for cancellation: the scale at which each output's rounding errors lie.
+"""verify's allowance for rounding: how far apart two correct evaluation orders of an output may lie.
 
 `verify` compares a rewritten program's outputs with jax.jit's relative to jax.jit's outputs. Where
 an output is a small difference of large terms (a residual, a gradient at an optimum, an objective
 near zero), every order of evaluation rounds at the scale of the terms, not of the result
 (docs/numerics.md, "Cancellation"), so two correct programs can differ by far more than the
-tolerance relative to the result. This runs the program as written on (value, scale) pairs to find
-that scale, `|f|(|x|)` of the reordering bound extended past sums and products: sums add their
-operands' scales, products and dots combine scales with absolute values, layout ops move scales as
-they move values, every other operation carries its operands' scales through its derivative
-(jax.jvp), and each rounding operation adds its result's magnitude. Loops, branches and calls are
-run the same way inside (`lax.scan`, `lax.while_loop`, `lax.switch` on pairs).
+tolerance relative to the result. This finds that scale by first-order stochastic error analysis of
+the program as written: each floating-point value carries SAMPLES random samples of the error it
+holds, in units of one rounding of relative size 1. Inputs and constants are exact; each operation
+that rounds adds a fresh random error the size of its result (a dot or a sum: of its terms,
+sqrt(Σ (a_k b_k)²)); operations that only move or pick entries add none; every operation carries
+its operands' errors through its derivative (jax.jvp), signed, so that errors cancel and damp as
+they do in the program (an iteration converging to a fixed point keeps them bounded). Loops and
+branches run the same way inside. An output entry's scale is the root mean square of its samples.
 """
 
 from __future__ import annotations
@@ -24,38 +26,22 @@ from jax import lax
 
 from . import compat
 
-__all__ = ["scales_function"]
+__all__ = ["scales_function", "SAMPLES"]
 
-Pair = tuple[Any, Any]  # (value, scale): the scale is float32, or float64 for 64-bit values
+SAMPLES = 8  # enough that an entry's scale is rarely far below its spread (chi-square, 8 degrees)
+_SEED = 20261207
 
-# operations that only move or pick entries: the same operation moves the scales (the positions of
-# the operands that are data; the others, indices and predicates, keep their values)
-_MOVES = {
-    **dict.fromkeys(
-        [
-            "transpose",
-            "reshape",
-            "broadcast_in_dim",
-            "squeeze",
-            "expand_dims",
-            "rev",
-            "slice",
-            "concatenate",
-            "copy",
-            "copy_p",
-        ],
-        None,
-    ),  # every operand is data
-    "dynamic_slice": (0,),
-    "dynamic_update_slice": (0, 1),
-    "gather": (0,),
-    "pad": (0, 1),
-    "select_n": "cases",  # the first operand is the predicate
-}
-_SUMS = frozenset({"add", "sub", "add_any"})
-_SAME = frozenset({"neg", "conj", "real", "imag", "reduce_precision"})  # no rounding of their own
-_CALLS = compat.INLINED_CALLS | {"custom_jvp_call", "custom_vjp_call"}
-_SIGNS = 20261207  # the seed of the random signs `_through_derivative` gives its tangents
+Value = tuple[Any, Any]  # (value, its error samples: an array (SAMPLES, *shape), or None: exact)
+
+# operations that round nothing: they move, pick or negate entries, or give representable results
+_EXACT = frozenset(
+    """transpose reshape broadcast_in_dim squeeze expand_dims rev slice concatenate copy copy_p
+    dynamic_slice dynamic_update_slice gather scatter pad select_n neg real imag conj abs sign floor
+    ceil round max min reduce_max reduce_min argmax argmin sort clamp stop_gradient iota
+    optimization_barrier bitcast_convert_type""".split()
+)
+_SUMS = frozenset({"reduce_sum", "cumsum"})
+_CONTROL = frozenset({"scan", "while", "cond", "custom_jvp_call", "custom_vjp_call"}) | compat.INLINED_CALLS
 
 
 class _Unscalable(Exception):
@@ -64,180 +50,209 @@ class _Unscalable(Exception):
 
 def scales_function(flat: Callable, leaves: list) -> Callable[..., list] | None:
     """A jitted function of a signature's leaves returning each output's error scale (an array of
-    its shape), or None where the program cannot be run on pairs (it calls out with results)."""
+    its shape, in units of one rounding), or None where the program cannot be run so (it calls
+    out with results)."""
     closed = jax.make_jaxpr(flat)(*leaves)
+
+    def scales(*xs: Any) -> list:
+        key = jax.random.key(_SEED, impl="unsafe_rbg")  # cheap to compile: one op a draw
+        outs, _ = _run(closed.jaxpr, closed.consts, [(x, None) for x in xs], key)
+        return [_rms(v, t) for v, t in outs]
+
     try:
-        jax.eval_shape(lambda *xs: _run(closed.jaxpr, closed.consts, [_pair(x) for x in xs]), *leaves)
+        jax.eval_shape(scales, *leaves)
     except _Unscalable:
         return None
-    return jax.jit(lambda *xs: [s for _, s in _run(closed.jaxpr, closed.consts, [_pair(x) for x in xs])])
+    return jax.jit(scales)
 
 
-def _scale_dtype(dtype: Any) -> Any:
-    dt = np.dtype(dtype) if not jax.dtypes.issubdtype(dtype, jax.dtypes.extended) else None
-    return np.float64 if dt is not None and dt in (np.float64, np.complex128) else np.float32
+def _rms(value: Any, samples: Any) -> Any:
+    shape = np.shape(value)
+    if samples is None:
+        return jnp.zeros(shape, np.float32)
+    m = jnp.abs(samples)
+    top = jnp.max(m, axis=0)
+    unit = jnp.where(top > 0, top, 1)
+    return top * jnp.sqrt(jnp.mean((m / unit) ** 2, axis=0))  # scaled: squares stay in range
 
 
-def _inexact(dtype: Any) -> bool:
+def _inexact(x: Any) -> bool:
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        dtype = jnp.result_type(x)
     return not jax.dtypes.issubdtype(dtype, jax.dtypes.extended) and jnp.issubdtype(dtype, jnp.inexact)
 
 
-def _magnitude(x: Any) -> Any:
-    """|x| as a scale (zeros for integers, booleans and keys, which carry no rounding)."""
-    dtype, shape = jnp.result_type(x) if not hasattr(x, "dtype") else x.dtype, np.shape(x)
-    if not _inexact(dtype):
-        return jnp.zeros(shape, _scale_dtype(dtype))
-    return lax.convert_element_type(jnp.abs(x), _scale_dtype(dtype))
+def _read(env: dict, var: Any) -> Value:
+    return (var.val, None) if compat.is_literal(var) else env[var]
 
 
-def _pair(x: Any) -> Pair:
-    return x, _magnitude(x)
-
-
-def _fit(scale: Any, value: Any) -> Any:
-    """`scale` in `value`'s scale dtype and shape, strongly typed (loop carries must match)."""
-    dtype = value.dtype if hasattr(value, "dtype") else jnp.result_type(value)
-    if not _inexact(dtype):
-        return jnp.zeros(np.shape(value), _scale_dtype(dtype))
-    return lax.convert_element_type(jnp.broadcast_to(scale, np.shape(value)), _scale_dtype(dtype))
-
-
-def _read(env: dict, var: Any) -> Pair:
-    if compat.is_literal(var):
-        value = np.asarray(var.val, dtype=var.aval.dtype) if hasattr(var.aval, "dtype") else var.val
-        return var.val, _magnitude(value)
-    return env[var]
-
-
-def _run(jaxpr: Any, consts: Any, pairs: list) -> list[Pair]:
-    """`jaxpr` evaluated on (value, scale) pairs: its outputs' pairs."""
+def _run(jaxpr: Any, consts: Any, ins: list[Value], key: Any) -> tuple[list[Value], Any]:
+    """`jaxpr` evaluated on values with error samples: its outputs', and the key to draw from next."""
     env: dict = {}
     for var, c in zip(jaxpr.constvars, consts, strict=True):
-        env[var] = _pair(c)
-    for var, p in zip(jaxpr.invars, pairs, strict=True):
+        env[var] = (c, None)
+    for var, p in zip(jaxpr.invars, ins, strict=True):
         env[var] = p
     for eqn in jaxpr.eqns:
         if eqn.effects and not eqn.outvars:
             continue  # a debug print: made once, by the program itself
-        if eqn.effects and eqn.primitive.name not in _CALLS | {"scan", "while", "cond"}:
-            raise _Unscalable(eqn.primitive.name)
-        outs = _equation(eqn, [_read(env, v) for v in eqn.invars])
+        name = eqn.primitive.name
+        if eqn.effects and name not in _CONTROL:
+            raise _Unscalable(name)
+        key, draw = jax.random.split(key)
+        args = [_read(env, v) for v in eqn.invars]
+        outs = _control(eqn, args, draw) if name in _CONTROL else _equation(eqn, args, draw)
         for var, p in zip(eqn.outvars, outs, strict=True):
             if not compat.is_dropvar(var):
-                env[var] = (p[0], _fit(p[1], p[0]))
-    return [_read(env, v) for v in jaxpr.outvars]
+                env[var] = p
+    return [_read(env, v) for v in jaxpr.outvars], key
 
 
-def _equation(eqn: Any, ins: list[Pair]) -> list[Pair]:
-    name, params = eqn.primitive.name, eqn.params
-    if name in _CALLS or name in ("scan", "while", "cond"):
-        return _control(eqn, ins)
+def _equation(eqn: Any, ins: list[Value], key: Any) -> list[Value]:
+    """One operation: its result, its operands' errors carried through its derivative, and a
+    fresh rounding error of its own."""
     values = [v for v, _ in ins]
-    outs = compat.bind_equation(eqn.primitive, params, values)
-    if name in _MOVES:
-        where = _MOVES[name]
-        data = range(len(ins)) if where is None else range(1, len(ins)) if where == "cases" else where
-        moved = [s if i in data else v for i, (v, s) in enumerate(ins)]
-        if name == "gather":
-            params = {**params, "fill_value": 0}
-        return [(outs[0], compat.bind_equation(eqn.primitive, params, moved)[0])]
-    rounding = _magnitude(outs[0])
-    if name in _SAME:
-        return [(outs[0], ins[0][1])]
-    if name in _SUMS:
-        return [(outs[0], _quadrature(ins[0][1], ins[1][1], rounding))]
-    if name == "mul":
-        (a, sa), (b, sb) = ins
-        return [(outs[0], _quadrature(sa * _magnitude(b), _magnitude(a) * sb, rounding))]
-    if name == "dot_general":
-        (a, sa), (b, sb) = ins
-        acc = {**params, "preferred_element_type": rounding.dtype}
-        ma, mb = (lax.convert_element_type(_magnitude(x), rounding.dtype) for x in (a, b))
-        left = compat.bind_equation(eqn.primitive, acc, [_fit(sa, ma) ** 2, mb**2])[0]
-        right = compat.bind_equation(eqn.primitive, acc, [ma**2, _fit(sb, mb) ** 2])[0]
-        return [(outs[0], jnp.sqrt(left + right + rounding**2))]
-    if name in ("reduce_sum", "cumsum"):
-        return [
-            (
-                outs[0],
-                jnp.sqrt(compat.bind_equation(eqn.primitive, params, [ins[0][1] ** 2])[0] + rounding**2),
-            )
-        ]
-    if name == "convert_element_type":
-        moved = compat.bind_equation(eqn.primitive, {**params, "new_dtype": rounding.dtype}, [ins[0][1]])[0]
-        return [(outs[0], _quadrature(moved, rounding))]
-    return _through_derivative(eqn, ins, outs)
+    outs = compat.bind_equation(eqn.primitive, eqn.params, values)
+    carried = _carried(eqn, ins, outs)
+    sizes = _rounding(eqn, values, outs)
+    result = []
+    for i, (out, t, size) in enumerate(zip(outs, carried, sizes, strict=True)):
+        if size is not None:
+            noise = _noise(jax.random.fold_in(key, i), out, size)
+            t = noise if t is None else t + noise
+        result.append((out, t))
+    return result
 
 
-def _quadrature(*scales: Any) -> Any:
-    """Independent rounding errors' scales combined as they add up on average: sqrt(sum of squares)."""
-    return jnp.sqrt(sum(s**2 for s in scales))
+def _carried(eqn: Any, ins: list[Value], outs: list) -> list:
+    """The operands' error samples carried through the operation's derivative (None: no error);
+    non-finite samples (0·inf in a derivative) count as none."""
+    moving = [i for i, (_, t) in enumerate(ins) if t is not None]
+    if not moving or not any(_inexact(o) for o in outs):
+        return [None] * len(outs)
+    values = [v for v, _ in ins]
 
+    def at(*xs: Any) -> list:
+        vals = list(values)
+        for i, x in zip(moving, xs, strict=True):
+            vals[i] = x
+        return compat.bind_equation(eqn.primitive, eqn.params, vals)
 
-def _through_derivative(eqn: Any, ins: list[Pair], outs: list) -> list[Pair]:
-    """Any other operation: its operands' scales carried through its derivative, plus the
-    magnitude of its result (one rounding); the magnitude alone where jax has no derivative.
-    The tangents are the scales with random signs (a fixed seed), so that an operation that mixes
-    entries (a solve, an FFT) adds them as independent errors add, not as signed values cancel."""
-
-    def tangent(i: int, v: Any, s: Any) -> Any:
-        dtype = v.dtype if hasattr(v, "dtype") else jnp.result_type(v)
-        if not _inexact(dtype):
-            return np.zeros(np.shape(v), jax.dtypes.float0)
-        signs = jax.random.rademacher(jax.random.fold_in(jax.random.key(_SIGNS), i), np.shape(v), s.dtype)
-        return lax.convert_element_type(s * signs, dtype)
-
-    def bound(*xs: Any) -> list:
-        return compat.bind_equation(eqn.primitive, eqn.params, list(xs))
-
+    primals = [values[i] for i in moving]
     try:
-        _, carried = jax.jvp(bound, [v for v, _ in ins], [tangent(i, v, s) for i, (v, s) in enumerate(ins)])
-    except Exception:  # noqa: BLE001 - no derivative (a callback, a custom call): rounding alone
-        carried = [None] * len(outs)
-    pairs = []
-    for out, t in zip(outs, carried, strict=True):
-        scale = _magnitude(out)
-        if t is not None and _inexact(out.dtype) and t.dtype != jax.dtypes.float0:
-            scale = _quadrature(scale, _magnitude(t))
-        pairs.append((out, scale))
-    return pairs
+        samples = jax.vmap(lambda *ts: jax.jvp(at, primals, list(ts))[1])(
+            *[ins[i][1].astype(jnp.result_type(values[i])) for i in moving]
+        )
+    except Exception:  # noqa: BLE001 - no derivative (a callback, a custom call): no error carried
+        return [None] * len(outs)
+    return [
+        jnp.where(jnp.isfinite(t), t, 0) if _inexact(o) and t.dtype != jax.dtypes.float0 else None
+        for o, t in zip(outs, samples, strict=True)
+    ]
 
 
-def _control(eqn: Any, ins: list[Pair]) -> list[Pair]:
-    """A call, loop or branch run on pairs: its body evaluated on pairs, inside the same kind of
-    loop or branch (the loop's condition and the branch index read values)."""
+def _rounding(eqn: Any, values: list, outs: list) -> list:
+    """The size of the rounding each output adds (None: none): |result|, or for a dot or a sum that
+    and the root of the sum of its terms' squares (taken scaled, so that squares neither overflow
+    nor vanish), its partial sums' scale."""
+    name = eqn.primitive.name
+    if name in _EXACT or not any(_inexact(o) for o in outs):
+        return [None] * len(outs)
+    if name == "convert_element_type" and _inexact(values[0]) and _inexact(outs[0]):
+        widens = jnp.finfo(jnp.result_type(outs[0])).eps <= jnp.finfo(jnp.result_type(values[0])).eps
+        if widens:
+            return [None]
+    if name == "dot_general":
+        (a, sa), (b, sb) = (_scaled(v) for v in values)
+        a, b = (x.astype(jnp.promote_types(a.dtype, b.dtype)) for x in (a, b))
+        params = {**eqn.params, "preferred_element_type": a.dtype}
+        terms = compat.bind_equation(eqn.primitive, params, [a**2, b**2])[0]
+        return [_finite(jnp.hypot(jnp.sqrt(terms) * sa * sb, jnp.abs(outs[0])))]
+    if name in _SUMS:
+        x, s = _scaled(values[0])
+        terms = compat.bind_equation(eqn.primitive, eqn.params, [x**2])[0]
+        return [_finite(jnp.hypot(jnp.sqrt(terms) * s, jnp.abs(outs[0])))]
+    return [_finite(jnp.abs(o)) if _inexact(o) else None for o in outs]
+
+
+def _scaled(x: Any) -> tuple[Any, Any]:
+    """(|x| / s, s) with s the largest finite |x| (1 where there is none), in float32, or float64
+    for a 64-bit value."""
+    m = jnp.abs(x)
+    m = m.astype(jnp.float64 if m.dtype.itemsize == 8 and jax.config.jax_enable_x64 else jnp.float32)
+    m = jnp.where(jnp.isfinite(m), m, 0)
+    s = jnp.max(m, initial=0)
+    s = jnp.where(s > 0, s, 1)
+    return m / s, s
+
+
+def _finite(size: Any) -> Any:
+    return jnp.where(jnp.isfinite(size), size, 0)
+
+
+def _noise(key: Any, out: Any, size: Any) -> Any:
+    """SAMPLES random errors of `size` (normal; a complex value's parts each of its part's size)."""
+    dtype = jnp.result_type(out)
+    shape = (SAMPLES, *np.shape(out))
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        re, im = jax.random.normal(key, (2, *shape), jnp.finfo(dtype).dtype)
+        return (re * jnp.abs(out.real) + 1j * im * jnp.abs(out.imag)).astype(dtype)
+    return (jax.random.normal(key, shape, jnp.float32) * size).astype(dtype)
+
+
+def _control(eqn: Any, ins: list[Value], key: Any) -> list[Value]:
+    """A call, loop or branch: its body run the same way, inside the same kind of loop or branch
+    (the loop's condition and the branch index read values; the key is carried, so each step
+    draws errors of its own)."""
     name, params = eqn.primitive.name, eqn.params
-    if name in _CALLS:
-        body = compat.call_body(eqn)
-        return _run(body.jaxpr, body.consts, ins)
     if name == "cond":
         branches = [
-            lambda ops, br=br: tuple(_fitted(_run(br.jaxpr, br.consts, list(ops))))
+            lambda ops, k, br=br: _carry_form(*_run(br.jaxpr, br.consts, list(ops), k))
             for br in params["branches"]
         ]
-        return list(lax.switch(ins[0][0], branches, tuple(ins[1:])))
+        outs, _ = lax.switch(ins[0][0], branches, _filled(ins[1:]), key)
+        return list(outs)
     if name == "scan":
         body, nc, ncarry = params["jaxpr"], compat.scan_num_consts(params), compat.scan_num_carry(params)
-        consts, carry, xs = ins[:nc], ins[nc : nc + ncarry], ins[nc + ncarry :]
+        consts, carry, xs = ins[:nc], _filled(ins[nc : nc + ncarry]), ins[nc + ncarry :]
+        xs = [(v, None if t is None else jnp.moveaxis(t, 0, 1)) for v, t in xs]  # scanned axis first
 
         def step(c: tuple, x: tuple) -> tuple:
-            outs = _fitted(_run(body.jaxpr, body.consts, [*consts, *c, *x]))
-            return tuple(outs[:ncarry]), tuple(outs[ncarry:])
+            state, k = c
+            outs, k = _run(body.jaxpr, body.consts, [*consts, *state, *x], k)
+            outs = _carry_form(outs, None)[0]
+            return (outs[:ncarry], k), outs[ncarry:]
 
-        last, ys = lax.scan(step, tuple(carry), tuple(xs), length=params["length"], reverse=params["reverse"])
-        return [*last, *ys]
-    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
-    cn, bn = params["cond_nconsts"], params["body_nconsts"]
-    cconsts, bconsts, init = ins[:cn], ins[cn : cn + bn], ins[cn + bn :]
-    return list(
-        lax.while_loop(
-            lambda c: _run(cond.jaxpr, cond.consts, [*cconsts, *c])[0][0],
-            lambda c: tuple(_fitted(_run(body.jaxpr, body.consts, [*bconsts, *c]))),
-            tuple(init),
-        )
-    )
+        (last, _), ys = lax.scan(step, (carry, key), xs, length=params["length"], reverse=params["reverse"])
+        return [*last, *[(v, None if t is None else jnp.moveaxis(t, 1, 0)) for v, t in ys]]
+    if name == "while":
+        cond, body = params["cond_jaxpr"], params["body_jaxpr"]
+        cn, bn = params["cond_nconsts"], params["body_nconsts"]
+        cconsts, bconsts, init = ins[:cn], ins[cn : cn + bn], _filled(ins[cn + bn :])
+
+        def test(c: tuple) -> Any:
+            return _run(cond.jaxpr, cond.consts, [*cconsts, *c[0]], c[1])[0][0][0]
+
+        def step(c: tuple) -> tuple:
+            return _carry_form(*_run(body.jaxpr, body.consts, [*bconsts, *c[0]], c[1]))
+
+        return list(lax.while_loop(test, step, (init, key))[0])
+    body = compat.call_body(eqn)  # a jit, a checkpoint, a custom_jvp/custom_vjp primal
+    return _run(body.jaxpr, body.consts, ins, key)[0]
 
 
-def _fitted(pairs: list[Pair]) -> list[Pair]:
-    """Pairs as a loop carries them: each scale in its value's scale dtype."""
-    return [(v, _fit(s, v)) for v, s in pairs]
+def _filled(ins: list[Value]) -> tuple:
+    """Values as a loop carries them: every floating-point value with its samples (zeros where
+    exact), so that the carry keeps one structure from step to step."""
+    return _carry_form(list(ins), None)[0]
+
+
+def _carry_form(outs: list[Value], key: Any) -> tuple:
+    filled = []
+    for v, t in outs:
+        v = jnp.asarray(v) if not hasattr(v, "dtype") else v
+        if _inexact(v) and t is None:
+            t = jnp.zeros((SAMPLES, *np.shape(v)), v.dtype)
+        filled.append((v, t))
+    return tuple(filled), key

@@ -238,14 +238,19 @@ class Entry:
             return jitted(*args, **kwargs)
         return jax.tree_util.tree_unflatten(self.out_tree, self.reference(*leaves))
 
-    def error_scales(self, flat: Callable[[], Callable], leaves: list) -> list | None:
+    def error_scales(
+        self, jitted: Callable, statics: tuple, args: tuple, kwargs: dict, in_tree: Any, leaves: list
+    ):
         """verify's scales of this signature's outputs at `leaves` (`error_scale`), or None where
-        there are none: the program calls out with results, or a donated input is gone."""
+        there are none: the program calls out with results, a donated input is gone, or they
+        could not be had. They trace jax.jit's function (`jitted`), whose trace jax keeps: the
+        user's Python does not run again."""
         if any(isinstance(x, jax.Array) and x.is_deleted() for x in leaves):
             return None
         try:
             if self.scales is None:
-                self.scales = error_scale.scales_function(flat(), leaves) or False
+                flat = flat_function(jitted, *statics, args, kwargs, in_tree)
+                self.scales = error_scale.scales_function(flat, leaves) or False
             return self.scales(*leaves) if self.scales else None
         except Exception:  # noqa: BLE001 - without scales, the plain check stands
             self.scales = False

@@ -107,6 +107,12 @@ class Stages:
 
     def __deepcopy__(self, memo: dict) -> Any:
         """As `__copy__`, of a deep copy of the function (a bound method's object, a module's
-        attributes), where `copy.deepcopy` failed on the thread lock (a new user's try)."""
+        attributes), where `copy.deepcopy` failed on the thread lock (a new user's try). The copy
+        is in `memo` before the function is copied, so an object that holds this function holds
+        the copy in the copied object."""
+        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}  # type: ignore[arg-type]
+        dup = object.__new__(type(self))
+        memo[id(self)] = dup
         fn = copy.deepcopy(self.fn, memo)  # type: ignore[attr-defined]
-        return dataclasses.replace(self, fn=fn, traces=0, _cache={})  # type: ignore[type-var]
+        type(self).__init__(dup, **{**options, "fn": fn, "traces": 0, "_cache": {}})
+        return dup

@@ -61,39 +61,51 @@ def check_outputs(
 ) -> None:
     """`verify`: raise VerificationError unless every output of the rewritten program is within
     its dtype's tolerance of jax.jit's (PRNG keys: their bits, exactly), with NaN and Inf as the
-    `numerics` mode promises them (NONFINITE_BY_NUMERICS). An output further than that from
-    jax.jit's relative to its own size is still within it relative to the scale of the terms it
-    was computed from, where `scales` (called then, once) gives those (error_scale): a residual or
-    an objective near zero rounds at the scale of its terms in any order of evaluation."""
+    `numerics` mode promises them (NONFINITE_BY_NUMERICS). A floating-point output further than
+    that from jax.jit's relative to its own size is still within it where each entry is within
+    the tolerance of the scale of the rounding it holds, where `scales` (called then, once) gives
+    those (error_scale): a residual or an objective near zero rounds at the scale of its terms in
+    any order of evaluation."""
     got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
     nonfinite = NONFINITE_BY_NUMERICS.get(numerics, "same")
     term_scales: list | None = None
     for i, (g, w) in enumerate(zip(got_leaves, want_leaves, strict=True)):
         if jax.dtypes.issubdtype(w.dtype, jax.dtypes.extended):
             g, w = jax.random.key_data(g), jax.random.key_data(w)
-        tol, err = tolerance(jax.numpy.asarray(w).dtype), relative_error(g, w, nonfinite)
+        dtype = jax.numpy.asarray(w).dtype
+        tol, err = tolerance(dtype), relative_error(g, w, nonfinite)
         if err <= tol:
             continue
-        if term_scales is None and scales is not None and np.isfinite(err):  # not a NaN or Inf moved
-            term_scales = scales() or []
-        scaled = error_relative_to(g, w, term_scales[i]) if i < len(term_scales or ()) else err
-        if scaled > tol:
-            beside = f" ({scaled:.3g} relative to the scale of its terms)" if scaled != err else ""
+        scaled = None
+        if (
+            np.isfinite(err) and jax.numpy.issubdtype(dtype, jax.numpy.inexact) and scales is not None
+        ):  # not a NaN or Inf moved
+            term_scales = (scales() or []) if term_scales is None else term_scales
+            scaled = error_per_entry(g, w, term_scales[i], tol) if i < len(term_scales) else None
+        if scaled is None or scaled > tol:
+            beside = (
+                "" if scaled is None else f" ({scaled:.3g} of the rounding its terms allow, entry by entry)"
+            )
             raise VerificationError(
                 f"{name}: output {i} differs from jax.jit: relative error {err:.3g} > {tol:.3g}{beside}"
             )
 
 
-def error_relative_to(got: Any, want: Any, scale: Any) -> float:
-    """||got - want|| / ||scale|| over the entries finite in both (float("inf") where the error is
-    not finite): the scale is the larger of jax.jit's magnitude and `scale`, which is taken where
-    it is finite."""
+def error_per_entry(got: Any, want: Any, scale: Any, tol: float) -> float:
+    """The largest |got - want| over the entries finite in both, each relative to the larger of
+    jax.jit's magnitude and its rounding `scale` there, and to no less than `tol` times the
+    largest of those in the output (entries far below the rest round at the rest's scale)."""
     g, w = np.asarray(got), np.asarray(want)
     wide = np.complex128 if np.iscomplexobj(g) or np.iscomplexobj(w) else np.float64
     g, w, s = g.astype(wide), w.astype(wide), np.asarray(scale, dtype=np.float64)
     if g.shape != w.shape or s.shape != w.shape:
         return float("inf")
     both = np.isfinite(g) & np.isfinite(w)
-    size = np.where(np.isfinite(s), np.maximum(s, np.abs(w)), np.abs(w))[both]
-    num, den = np.linalg.norm(g[both] - w[both]), np.linalg.norm(size)
-    return float(num / den) if den > 0 else float(num)
+    if not both.any():
+        return 0.0
+    size = np.maximum(np.where(np.isfinite(s), s, 0.0), np.abs(w))[both]
+    floor = tol * size.max()
+    diff = np.abs(g[both] - w[both])
+    if floor == 0:
+        return float("inf") if diff.max() > 0 else 0.0
+    return float((diff / np.maximum(size, floor)).max())

@@ -50,6 +50,15 @@ def test_verify_passes_a_float64_residual():
         jaxrw.optimize(_residual, verify=True, strict=True)(A, b, x)
 
 
+def test_verify_passes_a_bfloat16_trace_summed_more_accurately():
+    # trace(A@B) -> Σ A∘Bᵀ sums in float32: 0.09% from a float64 reference where jax.jit's bf16
+    # product is 8.8% off, and verify raised on the more accurate result (bfloat16's numpy kind
+    # is "V": the scales were first skipped for it)
+    ka, kb = jax.random.split(jax.random.key(0))
+    A, B = ((jax.random.normal(k, (128, 128)) / 11).astype(jnp.bfloat16) for k in (ka, kb))
+    jaxrw.optimize(lambda A, B: jnp.trace(A @ B), verify=True, strict=True)(A, B)
+
+
 def test_verify_still_catches_a_wrong_program_on_a_cancelling_output(monkeypatch):
     real = api.rewrite_jaxpr
 
@@ -61,7 +70,7 @@ def test_verify_still_catches_a_wrong_program_on_a_cancelling_output(monkeypatch
 
     monkeypatch.setattr(api, "rewrite_jaxpr", drops_a_term)
     A, b, x = _least_squares(2, 256, 32)
-    with pytest.raises(VerificationError, match="relative to the scale of its terms"):
+    with pytest.raises(VerificationError, match="of the rounding its terms allow"):
         jaxrw.optimize(_residual, verify=True)(A, b + 1.0, x)
 
 
@@ -70,33 +79,79 @@ def test_check_outputs_takes_scales_only_past_the_plain_check():
 
     def scales():
         calls.append(1)
-        return [jnp.full(2, 10.0)]
+        return [jnp.full(2, 10.0), jnp.full(2, 1.0)]
 
-    check_outputs(jnp.array([1.0, 2.0]), jnp.array([1.0, 2.0]), "f", scales=scales)
+    same = [jnp.array([1.0, 2.0])] * 2
+    check_outputs(same, same, "f", scales=scales)
     assert not calls  # within tolerance already
-    check_outputs(jnp.array([1e-3, 0.0]), jnp.array([0.0, 1e-3]), "f", scales=scales)  # 1e-4 of 10
+    near = [jnp.array([1e-3, 0.0]), jnp.array([1.0, 2.0])]
+    check_outputs(near, [jnp.array([0.0, 1e-3]), near[1]], "f", scales=scales)  # 1e-4 of 10
     assert calls == [1]
-    with pytest.raises(VerificationError, match=r"relative error 1\.41 > 0\.005 \(0\.1 relative"):
-        check_outputs(jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0]), "f", scales=scales)
-    nan = jnp.array([1.0, jnp.nan])  # a NaN moved is not a rounding: no scale lets it through
-    with pytest.raises(VerificationError, match="relative error inf"):
-        check_outputs(jnp.array([1.0, 2.0]), nan, "f", "default", scales=scales)
+    with pytest.raises(VerificationError, match=r"relative error 1\.41 > 0\.005 \(0\.1 of the rounding"):
+        check_outputs([jnp.array([1.0, 0.0])] * 2, [jnp.array([0.0, 1.0])] * 2, "f", scales=scales)
+    # a NaN moved is not a rounding, in this output or a later one once scales were read
+    nan = [jnp.array([1e-3, 0.0]), jnp.array([jnp.nan, jnp.nan])]
+    with pytest.raises(VerificationError, match="output 1 differs from jax.jit: relative error inf"):
+        check_outputs(nan, [jnp.array([0.0, 1e-3]), jnp.array([1.0, 2.0])], "f", "strict", scales=scales)
 
 
-def test_scales_of_sums_products_and_dots():
-    a, b = jnp.array([3.0, -1.0, 2.0]), jnp.array([3.0, 1.0, -2.0])
-    (s,) = scales_function(lambda a, b: a - b, [a, b])(a, b)
-    np.testing.assert_allclose(s, np.sqrt(a**2 + b**2 + (a - b) ** 2), rtol=1e-6)
-    (s,) = scales_function(lambda a, b: a * b, [a, b])(a, b)
-    np.testing.assert_allclose(s, np.sqrt(3) * np.abs(a * b), rtol=1e-6)
-    A, B = jax.random.normal(jax.random.key(3), (2, 5, 4))
-    (s,) = scales_function(lambda A, B: A @ B.T, [A, B])(A, B)
-    terms = np.asarray(A, np.float64) ** 2 @ np.asarray(B, np.float64).T ** 2
-    np.testing.assert_allclose(s, np.sqrt(2 * terms + np.asarray(A @ B.T, np.float64) ** 2), rtol=1e-5)
-    (s,) = scales_function(jnp.tanh, [a])(a)  # elementwise: the derivative times the scale
-    np.testing.assert_allclose(s, np.hypot((1 - np.tanh(a) ** 2) * np.abs(a), np.tanh(np.abs(a))), rtol=1e-5)
-    (s,) = scales_function(lambda i: i * 2, [jnp.arange(3)])(jnp.arange(3))
-    np.testing.assert_array_equal(s, 0.0)  # integers carry no rounding
+def test_one_cancelling_entry_does_not_excuse_the_others():
+    # compared norm-wise, the one large scale of a - b let a wrong c through (a review)
+    def scales():
+        return [jnp.array([1e4, 1.0, 2.0])]
+
+    want = jnp.array([1e-3, 1.0, 2.0])
+    check_outputs(jnp.array([2e-3, 1.0, 2.0]), want, "f", scales=scales)
+    with pytest.raises(VerificationError, match="of the rounding its terms allow"):
+        check_outputs(jnp.array([1e-3, 11.0, 12.0]), want, "f", scales=scales)
+
+
+def _scale(f, *xs):
+    return np.asarray(scales_function(f, list(xs))(*xs)[0], np.float64)
+
+
+def test_exact_inputs_and_moves_carry_no_error():
+    x = jax.random.normal(jax.random.key(3), (4, 5))
+    np.testing.assert_array_equal(_scale(lambda x: x.T[::-1, 1:], x), 0.0)
+    np.testing.assert_array_equal(_scale(lambda i: i * 2, jnp.arange(3)), 0.0)  # integers
+    # a rounding the size of its result, and no more: sin of large exact inputs is not ill-
+    # conditioned (it was allowed |cos x|·|x|, so zeros passed for sin(3141.0): a review)
+    big = jnp.array([1000.0, 1234.5, 2000.25, 3141.0])
+    ratio = _scale(jnp.sin, big) / np.abs(np.sin(np.asarray(big, np.float64)))
+    assert np.all((ratio > 0.2) & (ratio < 5)), ratio
+
+
+def test_a_rounded_term_cancelled_leaves_its_error():
+    x, c = jnp.array([1.0, -2.0, 3.0]), jnp.array([1e4, 1e4, 1e4])
+    s = _scale(lambda x, c: (x + c) - c, x, c)  # x + c rounds at 1e4
+    assert np.all((s > 1e3) & (s < 1e5)), s
+
+
+def test_errors_damp_in_a_converging_iteration():
+    # combined in quadrature, correlated errors grew 16x per 10 steps, so any answer passed (a review)
+    A, b = jnp.array([[3.0, 1.0], [1.0, 2.0]]), jnp.array([1.0, 1.0])
+
+    def solve(A, b, x0):
+        return lax.fori_loop(0, 200, lambda i, x: x - 0.2 * (A @ x - b), x0)
+
+    x0 = jnp.zeros(2)
+    s, x = _scale(solve, A, b, x0), np.asarray(solve(A, b, x0))
+    assert np.all(s < 10 * np.abs(x)), (s, x)
+
+
+def test_non_finite_values_and_literals_carry_no_error():
+    z = jax.random.normal(jax.random.key(4), (8,))
+    s = _scale(lambda z: jax.nn.softmax(z) - 0.125, z)  # a max with a -inf literal inside
+    assert np.all(np.isfinite(s)) and np.all(s > 0)
+    s = _scale(lambda z: jnp.where(z > 0, z, -jnp.inf) * 2, z)
+    assert np.all(np.isfinite(s))
+
+
+def test_large_and_tiny_values_do_not_overflow_their_scales():
+    for mag in (1e30, 1e-30):
+        A = jax.random.normal(jax.random.key(5), (4, 4)) * mag
+        s = _scale(lambda A: A @ jnp.ones(4) - A.sum(1), A)  # squared, the terms left float32's range
+        assert np.all(np.isfinite(s)) and np.all(s > 0), (mag, s)
 
 
 def _step(A, c):
@@ -116,9 +171,9 @@ def test_loops_and_branches_scale_as_written_out(loop):
         "cond": lambda A, c: lax.cond(c[0] > -10, lambda u: _step(A, _step(A, _step(A, u))), lambda u: u, c),
     }[loop]
     written_out = lambda A, c: _step(A, _step(A, _step(A, c)))  # noqa: E731
-    (got,) = scales_function(looped, [A, c])(A, c)
-    (want,) = scales_function(written_out, [A, c])(A, c)
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+    got, want = _scale(looped, A, c), _scale(written_out, A, c)  # other draws: alike, not equal
+    ratio = np.linalg.norm(got) / np.linalg.norm(want)
+    assert 0.5 < ratio < 2, ratio
 
 
 def test_calls_out_skip_prints_and_refuse_results(capsys):
@@ -130,7 +185,8 @@ def test_calls_out_skip_prints_and_refuse_results(capsys):
 
     (s,) = scales_function(prints, [x])(x)
     assert capsys.readouterr().out == ""  # the scales do not print again
-    np.testing.assert_allclose(s, np.sqrt(3) * 2 * np.asarray(x), rtol=1e-6)  # x, 2 and x·2 rounded
+    ratio = np.asarray(s)[1:] / (2 * np.asarray(x)[1:])  # one rounding of x·2 (x and 2 are exact)
+    assert np.all((ratio > 0.2) & (ratio < 5)), ratio
 
     def calls_back(x):
         shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
@@ -153,5 +209,5 @@ def test_a_difference_of_near_terms_scales_with_the_terms(m, k, seed, near):
     f = lambda A, B, x: A @ (B @ x) - (A @ B) @ (x * (1 + near))  # noqa: E731
     (s,) = scales_function(f, [A, B, x])(A, B, x)
     terms = np.abs(np.asarray(A, np.float64) @ np.asarray(B, np.float64) @ np.asarray(x, np.float64))
-    assert np.all(s >= 0.5 * terms)  # at least of the order of the terms, however small the result
+    assert np.all(s >= 0.1 * terms)  # of the order of the terms, however small the result
     assert np.all(np.isfinite(s))
