@@ -571,8 +571,8 @@ def optimize(
     a NaN may become an Inf); "fast" adds identities
     that hold for finite values only (A@0 -> 0, I@A -> A, log(exp(a)) -> a). Limits cap the
     e-graph (iterations, nodes, time) and the program size (`equations`). `verify=True` checks
-    every concrete call against jax.jit; `strict=True` raises a JaxrwError instead of falling back;
-    `autotune=True` times the original and the model's `autotune_k` best programs on this device
+    every concrete call against jax.jit (docs/numerics.md: the tolerance); `strict=True` raises a
+    JaxrwError instead of falling back; `autotune=True` times the original and the model's `autotune_k` best programs on this device
     at the first call of each signature and keeps the fastest (cached on disk). `profile`: the
     device rates the cost model prices with: a `Profile`, "h200", "cpu" or a saved profile's .json
     path (`jaxrw calibrate --output`); by default the one `jaxrw calibrate` saved for this device
