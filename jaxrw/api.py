@@ -572,8 +572,9 @@ def optimize(
     that hold for finite values only (A@0 -> 0, I@A -> A, log(exp(a)) -> a). Limits cap the
     e-graph (iterations, nodes, time) and the program size (`equations`). `verify=True` checks
     every concrete call against jax.jit (docs/numerics.md: the tolerance); `strict=True` raises a
-    JaxrwError instead of falling back; `autotune=True` times the original and the model's `autotune_k` best programs on this device
-    at the first call of each signature and keeps the fastest (cached on disk). `profile`: the
+    JaxrwError instead of falling back; `autotune=True` times the original and the model's
+    `autotune_k` best programs on this device at the first call of each signature and keeps the
+    fastest (cached on disk). `profile`: the
     device rates the cost model prices with: a `Profile`, "h200", "cpu" or a saved profile's .json
     path (`jaxrw calibrate --output`); by default the one `jaxrw calibrate` saved for this device
     kind, else the built-in one. `static_argnums`, `static_argnames`, `donate_argnums` and
