@@ -240,7 +240,7 @@ class Entry:
 
     def error_scales(
         self, jitted: Callable, statics: tuple, args: tuple, kwargs: dict, in_tree: Any, leaves: list
-    ):
+    ) -> list | None:
         """verify's scales of this signature's outputs at `leaves` (`error_scale`), or None where
         there are none: the program calls out with results, a donated input is gone, or they
         could not be had. They trace jax.jit's function (`jitted`), whose trace jax keeps: the
