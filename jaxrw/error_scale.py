@@ -5,10 +5,11 @@ an output is a small difference of large terms (a residual, a gradient at an opt
 near zero), every order of evaluation rounds at the scale of the terms, not of the result
 (docs/numerics.md, "Cancellation"), so two correct programs can differ by far more than the
 tolerance relative to the result. This finds that scale by first-order stochastic error analysis of
-the program as written: each floating-point value carries SAMPLES random samples of the error it
-holds, in units of one rounding of relative size 1. Inputs and constants are exact; each operation
-that rounds adds a fresh random error the size of its result (a dot or a sum: of its terms,
-sqrt(Σ (a_k b_k)²)); operations that only move or pick entries add none; every operation carries
+the program as written: each floating-point value carries SAMPLES random samples of the absolute
+error it holds. Inputs and constants are exact; each operation that rounds adds a fresh random error
+of one unit roundoff of its result (a dot, a convolution or a sum: also of its terms,
+sqrt(Σ (a_k b_k)²), at the precision it accumulates in: TF32 for float32 dots on a GPU under jax's
+default precision); operations that only move or pick entries add none; every operation carries
 its operands' errors through its derivative (jax.jvp), signed, so that errors cancel and damp as
 they do in the program (an iteration converging to a fixed point keeps them bounded). Loops and
 branches run the same way inside. An output entry's scale is the root mean square of its samples.
@@ -29,7 +30,7 @@ from . import compat
 __all__ = ["scales_function", "SAMPLES"]
 
 SAMPLES = 8  # enough that an entry's scale is rarely far below its spread (chi-square, 8 degrees)
-_SEED = 20261207
+_SEED = 20261207  # the first draw's seed
 
 Value = tuple[Any, Any]  # (value, its error samples: an array (SAMPLES, *shape), or None: exact)
 
@@ -40,7 +41,8 @@ _EXACT = frozenset(
     ceil round max min reduce_max reduce_min argmax argmin sort clamp stop_gradient iota
     optimization_barrier bitcast_convert_type""".split()
 )
-_SUMS = frozenset({"reduce_sum", "cumsum"})
+_SUMS = frozenset({"reduce_sum", "cumsum", "reduce_window_sum"})  # linear sums: their squares' sums
+_PRODUCTS = frozenset({"dot_general", "conv_general_dilated"})  # bilinear sums of products
 _CONTROL = frozenset({"scan", "while", "cond", "custom_jvp_call", "custom_vjp_call"}) | compat.INLINED_CALLS
 
 
@@ -55,8 +57,7 @@ def scales_function(flat: Callable, leaves: list) -> Callable[..., list] | None:
     closed = jax.make_jaxpr(flat)(*leaves)
 
     def scales(*xs: Any) -> list:
-        key = jax.random.key(_SEED, impl="unsafe_rbg")  # cheap to compile: one op a draw
-        outs, _ = _run(closed.jaxpr, closed.consts, [(x, None) for x in xs], key)
+        outs, _ = _run(closed.jaxpr, closed.consts, [(x, None) for x in xs], jnp.uint32(_SEED))
         return [_rms(v, t) for v, t in outs]
 
     try:
@@ -100,7 +101,8 @@ def _run(jaxpr: Any, consts: Any, ins: list[Value], key: Any) -> tuple[list[Valu
         name = eqn.primitive.name
         if eqn.effects and name not in _CONTROL:
             raise _Unscalable(name)
-        key, draw = jax.random.split(key)
+        key = key * jnp.uint32(1664525) + jnp.uint32(1013904223)  # the next draw's seed (an LCG)
+        draw = key
         args = [_read(env, v) for v in eqn.invars]
         outs = _control(eqn, args, draw) if name in _CONTROL else _equation(eqn, args, draw)
         for var, p in zip(eqn.outvars, outs, strict=True):
@@ -119,7 +121,7 @@ def _equation(eqn: Any, ins: list[Value], key: Any) -> list[Value]:
     result = []
     for i, (out, t, size) in enumerate(zip(outs, carried, sizes, strict=True)):
         if size is not None:
-            noise = _noise(jax.random.fold_in(key, i), out, size)
+            noise = _noise(key + jnp.uint32(7919 * i), out, size)
             t = noise if t is None else t + noise
         result.append((out, t))
     return result
@@ -153,27 +155,53 @@ def _carried(eqn: Any, ins: list[Value], outs: list) -> list:
 
 
 def _rounding(eqn: Any, values: list, outs: list) -> list:
-    """The size of the rounding each output adds (None: none): |result|, or for a dot or a sum that
-    and the root of the sum of its terms' squares (taken scaled, so that squares neither overflow
-    nor vanish), its partial sums' scale."""
+    """The size of the rounding each output adds (None: none): one unit roundoff of |result|, and
+    for a dot, a convolution or a sum also of the root of the sum of its terms' squares (taken
+    scaled, so that squares neither overflow nor vanish) at the precision it accumulates in."""
     name = eqn.primitive.name
     if name in _EXACT or not any(_inexact(o) for o in outs):
         return [None] * len(outs)
     if name == "convert_element_type" and _inexact(values[0]) and _inexact(outs[0]):
-        widens = jnp.finfo(jnp.result_type(outs[0])).eps <= jnp.finfo(jnp.result_type(values[0])).eps
-        if widens:
-            return [None]
-    if name == "dot_general":
+        if _eps(outs[0]) <= _eps(values[0]):
+            return [None]  # widening: exact
+    own = [_finite(_eps(o) * jnp.abs(o)) if _inexact(o) else None for o in outs]
+    if name in _PRODUCTS:
         (a, sa), (b, sb) = (_scaled(v) for v in values)
         a, b = (x.astype(jnp.promote_types(a.dtype, b.dtype)) for x in (a, b))
         params = {**eqn.params, "preferred_element_type": a.dtype}
-        terms = compat.bind_equation(eqn.primitive, params, [a**2, b**2])[0]
-        return [_finite(jnp.hypot(jnp.sqrt(terms) * sa * sb, jnp.abs(outs[0])))]
-    if name in _SUMS:
-        x, s = _scaled(values[0])
-        terms = compat.bind_equation(eqn.primitive, eqn.params, [x**2])[0]
-        return [_finite(jnp.hypot(jnp.sqrt(terms) * s, jnp.abs(outs[0])))]
-    return [_finite(jnp.abs(o)) if _inexact(o) else None for o in outs]
+        terms = jnp.sqrt(compat.bind_equation(eqn.primitive, params, [a**2, b**2])[0]) * sa * sb
+        return [_finite(jnp.hypot(_accumulation_eps(eqn, values) * terms, own[0]))]
+    if name in _SUMS or name == "scatter-add":
+        data = [0, 2] if name == "scatter-add" else [0]
+        scaled = {i: _scaled(values[i]) for i in data}
+        s = jnp.maximum(*[scaled[i][1] for i in data]) if len(data) > 1 else scaled[data[0]][1]
+        squares = [(scaled[i][0] * scaled[i][1] / s) ** 2 if i in scaled else v for i, v in enumerate(values)]
+        terms = jnp.sqrt(compat.bind_equation(eqn.primitive, eqn.params, squares)[0]) * s
+        return [_finite(jnp.hypot(_eps(outs[0]) * terms, own[0]))]
+    return own
+
+
+def _eps(x: Any) -> Any:
+    """The machine epsilon of a floating-point value's type (of its parts, for a complex one)."""
+    return jnp.finfo(jnp.result_type(x)).eps
+
+
+def _accumulation_eps(eqn: Any, values: list) -> Any:
+    """The epsilon a dot or convolution rounds its products and sums at: its operands' type's, or
+    float32's for narrower ones (XLA accumulates them in float32), or TF32's (2^-10) for float32
+    operands on a GPU under jax's default precision."""
+    eps = max(float(_eps(v)) for v in values)
+    narrow = eps > float(jnp.finfo(jnp.float32).eps)
+    if narrow:
+        return jnp.finfo(jnp.float32).eps
+    f32 = all(jnp.result_type(v) == jnp.float32 for v in values)
+    default = eqn.params.get("precision") in (None, (None, None)) or all(
+        str(p) in ("DEFAULT", "Precision.DEFAULT", "None") for p in (eqn.params.get("precision") or ())
+    )
+    configured = jax.config.jax_default_matmul_precision in (None, "default", "tensorfloat32")
+    if f32 and default and configured and jax.default_backend() == "gpu":
+        return 2.0**-10
+    return eps
 
 
 def _scaled(x: Any) -> tuple[Any, Any]:
@@ -191,14 +219,27 @@ def _finite(size: Any) -> Any:
     return jnp.where(jnp.isfinite(size), size, 0)
 
 
-def _noise(key: Any, out: Any, size: Any) -> Any:
-    """SAMPLES random errors of `size` (normal; a complex value's parts each of its part's size)."""
+def _noise(seed: Any, out: Any, size: Any) -> Any:
+    """SAMPLES random errors of `size` (uniform, of unit variance; a complex value's parts each of
+    its part's size), from an integer hash of the entry's index and `seed`: elementwise integer
+    ops, which compile to little (a PRNG per operation made the program 20-150x slower to compile)."""
     dtype = jnp.result_type(out)
     shape = (SAMPLES, *np.shape(out))
+
+    def uniform(salt: int) -> Any:
+        h = lax.iota(jnp.uint32, int(np.prod(shape))).reshape(shape) * jnp.uint32(0x9E3779B1)
+        h = h ^ (seed + jnp.uint32(salt))
+        h = (h ^ (h >> 16)) * jnp.uint32(0x85EBCA6B)
+        h = (h ^ (h >> 13)) * jnp.uint32(0xC2B2AE35)
+        h = h ^ (h >> 16)
+        unit = (h >> 8).astype(jnp.float32) * (1.0 / (1 << 24))  # [0, 1)
+        return (unit * 2 - 1) * np.sqrt(3.0)
+
     if jnp.issubdtype(dtype, jnp.complexfloating):
-        re, im = jax.random.normal(key, (2, *shape), jnp.finfo(dtype).dtype)
-        return (re * jnp.abs(out.real) + 1j * im * jnp.abs(out.imag)).astype(dtype)
-    return (jax.random.normal(key, shape, jnp.float32) * size).astype(dtype)
+        part = jnp.finfo(dtype).eps
+        re, im = uniform(1) * jnp.abs(out.real) * part, uniform(2) * jnp.abs(out.imag) * part
+        return (re + 1j * im).astype(dtype)
+    return (uniform(0) * size).astype(dtype)
 
 
 def _control(eqn: Any, ins: list[Value], key: Any) -> list[Value]:
