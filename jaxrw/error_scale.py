@@ -30,7 +30,7 @@ from . import compat
 __all__ = ["scales_function", "SAMPLES"]
 
 SAMPLES = 8  # enough that an entry's scale is rarely far below its spread (chi-square, 8 degrees)
-_SEED = 20261207  # the first draw's seed
+_SEED = np.uint32(20261207)  # the first draw's seed
 
 Value = tuple[Any, Any]  # (value, its error samples: an array (SAMPLES, *shape), or None: exact)
 
@@ -57,7 +57,7 @@ def scales_function(flat: Callable, leaves: list) -> Callable[..., list] | None:
     closed = jax.make_jaxpr(flat)(*leaves)
 
     def scales(*xs: Any) -> list:
-        outs, _ = _run(closed.jaxpr, closed.consts, [(x, None) for x in xs], jnp.uint32(_SEED))
+        outs, _ = _run(closed.jaxpr, closed.consts, [(x, None) for x in xs], _SEED)
         return [_rms(v, t) for v, t in outs]
 
     try:
@@ -88,8 +88,9 @@ def _read(env: dict, var: Any) -> Value:
     return (var.val, None) if compat.is_literal(var) else env[var]
 
 
-def _run(jaxpr: Any, consts: Any, ins: list[Value], key: Any) -> tuple[list[Value], Any]:
-    """`jaxpr` evaluated on values with error samples: its outputs', and the key to draw from next."""
+def _run(jaxpr: Any, consts: Any, ins: list[Value], seed: Any) -> tuple[list[Value], Any]:
+    """`jaxpr` evaluated on values with error samples: its outputs', and the seed to draw from next
+    (a uint32, stepped once per equation)."""
     env: dict = {}
     for var, c in zip(jaxpr.constvars, consts, strict=True):
         env[var] = (c, None)
@@ -101,17 +102,16 @@ def _run(jaxpr: Any, consts: Any, ins: list[Value], key: Any) -> tuple[list[Valu
         name = eqn.primitive.name
         if eqn.effects and name not in _CONTROL:
             raise _Unscalable(name)
-        key = key * jnp.uint32(1664525) + jnp.uint32(1013904223)  # the next draw's seed (an LCG)
-        draw = key
+        seed = seed * jnp.uint32(1664525) + jnp.uint32(1013904223)  # this equation's (an LCG)
         args = [_read(env, v) for v in eqn.invars]
-        outs = _control(eqn, args, draw) if name in _CONTROL else _equation(eqn, args, draw)
+        outs = _control(eqn, args, seed) if name in _CONTROL else _equation(eqn, args, seed)
         for var, p in zip(eqn.outvars, outs, strict=True):
             if not compat.is_dropvar(var):
                 env[var] = p
-    return [_read(env, v) for v in jaxpr.outvars], key
+    return [_read(env, v) for v in jaxpr.outvars], seed
 
 
-def _equation(eqn: Any, ins: list[Value], key: Any) -> list[Value]:
+def _equation(eqn: Any, ins: list[Value], seed: Any) -> list[Value]:
     """One operation: its result, its operands' errors carried through its derivative, and a
     fresh rounding error of its own."""
     values = [v for v, _ in ins]
@@ -121,7 +121,7 @@ def _equation(eqn: Any, ins: list[Value], key: Any) -> list[Value]:
     result = []
     for i, (out, t, size) in enumerate(zip(outs, carried, sizes, strict=True)):
         if size is not None:
-            noise = _noise(key + jnp.uint32(7919 * i), out, size)
+            noise = _noise(seed + jnp.uint32(7919 * i), out, size)
             t = noise if t is None else t + noise
         result.append((out, t))
     return result
@@ -190,14 +190,12 @@ def _accumulation_eps(eqn: Any, values: list) -> Any:
     """The epsilon a dot or convolution rounds its products and sums at: its operands' type's, or
     float32's for narrower ones (XLA accumulates them in float32), or TF32's (2^-10) for float32
     operands on a GPU under jax's default precision."""
-    eps = max(float(_eps(v)) for v in values)
-    narrow = eps > float(jnp.finfo(jnp.float32).eps)
-    if narrow:
+    floats = [v for v in values if _inexact(v)]  # an integer operand (int8 x float32) is exact
+    eps = max(float(_eps(v)) for v in floats)
+    if eps > float(jnp.finfo(jnp.float32).eps):
         return jnp.finfo(jnp.float32).eps
-    f32 = all(jnp.result_type(v) == jnp.float32 for v in values)
-    default = eqn.params.get("precision") in (None, (None, None)) or all(
-        str(p) in ("DEFAULT", "Precision.DEFAULT", "None") for p in (eqn.params.get("precision") or ())
-    )
+    f32 = all(jnp.result_type(v) == jnp.float32 for v in floats)
+    default = all(p is None or str(p).endswith("DEFAULT") for p in eqn.params.get("precision") or ())
     configured = jax.config.jax_default_matmul_precision in (None, "default", "tensorfloat32")
     if f32 and default and configured and jax.default_backend() == "gpu":
         return 2.0**-10
@@ -242,30 +240,24 @@ def _noise(seed: Any, out: Any, size: Any) -> Any:
     return (uniform(0) * size).astype(dtype)
 
 
-def _control(eqn: Any, ins: list[Value], key: Any) -> list[Value]:
+def _control(eqn: Any, ins: list[Value], seed: Any) -> list[Value]:
     """A call, loop or branch: its body run the same way, inside the same kind of loop or branch
-    (the loop's condition and the branch index read values; the key is carried, so each step
+    (the loop's condition and the branch index read values; the seed is carried, so each step
     draws errors of its own)."""
     name, params = eqn.primitive.name, eqn.params
     if name == "cond":
-        branches = [
-            lambda ops, k, br=br: _carry_form(*_run(br.jaxpr, br.consts, list(ops), k))
-            for br in params["branches"]
-        ]
-        outs, _ = lax.switch(ins[0][0], branches, _filled(ins[1:]), key)
-        return list(outs)
+        branches = [lambda ops, s, br=br: _run_filled(br, list(ops), s) for br in params["branches"]]
+        return list(lax.switch(ins[0][0], branches, _filled(ins[1:]), seed)[0])
     if name == "scan":
         body, nc, ncarry = params["jaxpr"], compat.scan_num_consts(params), compat.scan_num_carry(params)
         consts, carry, xs = ins[:nc], _filled(ins[nc : nc + ncarry]), ins[nc + ncarry :]
         xs = [(v, None if t is None else jnp.moveaxis(t, 0, 1)) for v, t in xs]  # scanned axis first
 
         def step(c: tuple, x: tuple) -> tuple:
-            state, k = c
-            outs, k = _run(body.jaxpr, body.consts, [*consts, *state, *x], k)
-            outs = _carry_form(outs, None)[0]
-            return (outs[:ncarry], k), outs[ncarry:]
+            outs, s = _run_filled(body, [*consts, *c[0], *x], c[1])
+            return (outs[:ncarry], s), outs[ncarry:]
 
-        (last, _), ys = lax.scan(step, (carry, key), xs, length=params["length"], reverse=params["reverse"])
+        (last, _), ys = lax.scan(step, (carry, seed), xs, length=params["length"], reverse=params["reverse"])
         return [*last, *[(v, None if t is None else jnp.moveaxis(t, 1, 0)) for v, t in ys]]
     if name == "while":
         cond, body = params["cond_jaxpr"], params["body_jaxpr"]
@@ -275,25 +267,27 @@ def _control(eqn: Any, ins: list[Value], key: Any) -> list[Value]:
         def test(c: tuple) -> Any:
             return _run(cond.jaxpr, cond.consts, [*cconsts, *c[0]], c[1])[0][0][0]
 
-        def step(c: tuple) -> tuple:
-            return _carry_form(*_run(body.jaxpr, body.consts, [*bconsts, *c[0]], c[1]))
-
-        return list(lax.while_loop(test, step, (init, key))[0])
+        return list(
+            lax.while_loop(test, lambda c: _run_filled(body, [*bconsts, *c[0]], c[1]), (init, seed))[0]
+        )
     body = compat.call_body(eqn)  # a jit, a checkpoint, a custom_jvp/custom_vjp primal
-    return _run(body.jaxpr, body.consts, ins, key)[0]
+    return _run(body.jaxpr, body.consts, ins, seed)[0]
 
 
-def _filled(ins: list[Value]) -> tuple:
+def _run_filled(body: Any, ins: list[Value], seed: Any) -> tuple[tuple, Any]:
+    """A loop's or branch's closed body run on `ins`: its outputs as the loop carries them, and the
+    next seed."""
+    outs, seed = _run(body.jaxpr, body.consts, ins, seed)
+    return _filled(outs), seed
+
+
+def _filled(values: list[Value]) -> tuple:
     """Values as a loop carries them: every floating-point value with its samples (zeros where
     exact), so that the carry keeps one structure from step to step."""
-    return _carry_form(list(ins), None)[0]
-
-
-def _carry_form(outs: list[Value], key: Any) -> tuple:
     filled = []
-    for v, t in outs:
+    for v, t in values:
         v = jnp.asarray(v) if not hasattr(v, "dtype") else v
         if _inexact(v) and t is None:
             t = jnp.zeros((SAMPLES, *np.shape(v)), v.dtype)
         filled.append((v, t))
-    return tuple(filled), key
+    return tuple(filled)

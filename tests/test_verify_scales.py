@@ -214,3 +214,15 @@ def test_a_difference_of_near_terms_scales_with_the_terms(m, k, seed, near):
     eps = float(jnp.finfo(jnp.float32).eps)
     assert np.all(s >= 0.1 * eps * terms)  # of the order of the terms, however small the result
     assert np.all(np.isfinite(s))
+
+
+def test_an_integer_operand_of_a_dot_is_exact():
+    # int8 x float32 (preferred float32): the accumulation's epsilon was asked of int8, which raised,
+    # so verify fell back to the plain check
+    a, b = jnp.arange(12, dtype=jnp.int8).reshape(3, 4), jax.random.normal(jax.random.key(6), (4, 2))
+
+    def f(a, b):
+        return lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+    s = _scale(f, a, b)
+    assert np.all(np.isfinite(s)) and np.all(s > 0)
