@@ -443,7 +443,7 @@ def run_direct(opt: Any, entry: Any, args: tuple, kwargs: dict) -> Any:
     out = opt._jitted(*args, **kwargs)
     if entry.handed_off or not entry.call.handoff_due:
         return out
-    entry.handed_off, entry.report.handed_off = True, HANDOFF_AFTER
+    entry.report.handed_off = HANDOFF_AFTER  # entry.handed_off reads it
     log.info("jaxrw %s: hoisted arguments new on every call; running jax.jit's program", fn_name(opt.fn))
     handoff_schedule(opt, entry, args, kwargs)
     opt._adopt_mode(entry)

@@ -227,9 +227,14 @@ class Entry:
     fn: Callable[..., Any] | None = None  # the program as a plain function (inlined by the fast path)
     schedule: str = "xla"  # what runs it: "xla", or a schedule auto/streams chose (thunky.select)
     hot: HotPath | None = None  # a hoisted signature's quickest call, made at its first cached call
-    handed_off: bool = False  # hoisted, but its slow arrays changed on every call: jax.jit's program
     reference: Callable[..., list] | None = None  # verify's, where jax.jit's makes jax.debug calls
     scales: Any = None  # verify's error scales of the outputs (error_scale), False where none
+
+    @property
+    def handed_off(self) -> bool:
+        """Hoisted, but its slow arrays changed on every call: jax.jit's program runs (its report
+        says after how many calls)."""
+        return bool(self.report.handed_off)
 
     def expected(self, jitted: Callable, args: tuple, kwargs: dict, leaves: list) -> Any:
         """verify=True's reference outputs: jax.jit's, or for a program that makes jax.debug calls
