@@ -234,6 +234,48 @@ def test_the_relative_error_counts_imaginary_parts():
     assert relative_error(np.array([1.0, 2.0]), np.array([1.0, 2.0])) == 0.0
 
 
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e4m3b11fnuz"])
+def test_verify_allows_float8_its_own_rounding(dtype):
+    # numpy reports ml_dtypes' floats as kind "V": float8_e4m3fn had the integers' tolerance 0, and
+    # verify=True raised on a rewrite as close to float64 as jax.jit's (a new user's try, 42nd session)
+    x, W, V = (jax.random.normal(k, (16, 16)).astype(dtype) for k in jax.random.split(jax.random.key(0), 3))
+    f = lambda x, W, V: x @ W + x @ V  # noqa: E731
+    opt = jaxrw.optimize(f, verify=True, limits=FORCE)
+    got, want = opt(x, W, V), jax.jit(f)(x, W, V)
+    assert opt.report(x, W, V).rewritten and got.dtype == want.dtype
+    exact = np.asarray(x, np.float64) @ (np.asarray(W, np.float64) + np.asarray(V, np.float64))
+    assert relative_error(got, exact) <= 2 * relative_error(want, exact) + 0.05
+
+
+def test_the_tolerance_follows_each_type_s_precision():
+    from jaxrw.tolerance import tolerance
+
+    assert tolerance(jnp.float8_e5m2) == 0.5 and tolerance(jnp.float8_e4m3fn) == 0.25  # two roundings
+    assert tolerance(jnp.bfloat16) == tolerance(jnp.float16) == 0.05
+    assert tolerance(jnp.float32) == tolerance(jnp.complex64) == 5e-3 and tolerance(jnp.float64) == 1e-9
+    for exact in (jnp.int4, jnp.uint4, jnp.int8, jnp.uint32, jnp.bool_):
+        assert tolerance(exact) == 0.0, exact
+
+
+def test_verify_still_catches_a_wrong_float8_program(monkeypatch):
+    from jaxrw import api
+    from jaxrw.errors import VerificationError
+
+    real = api.rewrite_jaxpr
+
+    def doubles(*a, **k):  # a wrong rule: every output twice its value
+        res = real(*a, **{**k, "force": True})
+        fn = res.fn
+        res.fn = lambda *xs: [y * 2 for y in fn(*xs)]
+        return res
+
+    monkeypatch.setattr(api, "rewrite_jaxpr", doubles)
+    keys = jax.random.split(jax.random.key(1), 3)
+    x, W, V = (jax.random.normal(k, (16, 16)).astype(jnp.float8_e5m2) for k in keys)
+    with pytest.raises(VerificationError, match="output 0 differs"):
+        jaxrw.optimize(lambda x, W, V: x @ W + x @ V, verify=True)(x, W, V)
+
+
 def test_strict_autotune_keeps_jax_jit_bits_whichever_candidate_wins(tmp_path, monkeypatch):
     # XLA fuses a*b + a*c into an FMA with the first product: commuting the add (a rule tagged
     # exact) rounded a third of float32 elements 1 ULP apart, and 3e38*-3e38 + 3e38*inf gave NaN
