@@ -9,7 +9,7 @@ x·x, and max/min over a concatenation, which round nowhere.
 
 from __future__ import annotations
 
-from egglog import Vec, eq, i64, rewrite, rule, union
+from egglog import Vec, eq, i64, ne, rewrite, rule, union
 
 from ..terms import Tensor, dtype, float_dtype, nonneg, positive, shape
 from ..terms import fill as fill_
@@ -245,12 +245,16 @@ _reg("square", "a**2 <-> a·a", True, _square, "integer power 2", _square_exampl
 
 
 def _factor():
-    # a·b ± a·c -> a·(b ± c)   [b, c one shape]
+    # a·b ± a·c -> a·(b ± c)   [b, c one shape; not where the sum is a itself: a zero, see
+    # dot._like_terms, whose products with every b and c sum to it]
     out = []
     for combine in (add, sub):
-        conds = (eq(shape(B)).to(shape(C)), *same_dtype(A, B, C))
-        out.append(rewrite(combine(mul(A, B), mul(A, C))).to(mul(A, combine(B, C)), *conds))
-        out.append(rewrite(combine(mul(B, A), mul(C, A))).to(mul(combine(B, C), A), *conds))
+        conds = (ne(x).to(A), eq(shape(B)).to(shape(C)), *same_dtype(A, B, C))
+        for ab, ac, factored in (
+            (mul(A, B), mul(A, C), mul(A, combine(B, C))),
+            (mul(B, A), mul(C, A), mul(combine(B, C), A)),
+        ):
+            out.append(rule(eq(x).to(combine(ab, ac)), *conds).then(union(x).with_(factored)))
     return out
 
 

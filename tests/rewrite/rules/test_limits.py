@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxrw
 from jaxrw.rewrite.run import Limits, StopReason
@@ -59,3 +60,33 @@ def test_sums_of_scaled_products_stop_near_the_node_limit():
     rep = opt.report(ms)
     assert rep.stop_reason is StopReason.NODE_LIMIT and rep.egraph_nodes <= Limits().nodes
     np.testing.assert_allclose(opt(ms), jax.jit(f)(ms), rtol=1e-4, atol=1e-4)
+
+
+def _zero_tangents(a, b, c):
+    @jax.custom_jvp
+    def f(a, b, c):
+        return a * b + a * c
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (a, b, c), (da, db, dc) = primals, tangents
+        return f(a, b, c), da * (b + c) + a * (db + dc)
+
+    return jax.grad(lambda a: f(a, b, c).sum())(a)  # b's and c's tangents: zeros, added
+
+
+@pytest.mark.parametrize("numerics", ["default", "fast"])
+def test_a_sum_of_zeros_saturates(numerics):
+    # 0 + 0 = 0 (elementwise.add_zero) put the zero's own sum in its class, and like terms and
+    # common factors then gathered 2·0, 3·0, (2+3)·0, ... without end: 5,356 nodes at the node limit
+    # for a(0 + 0), 4 equations (a new user's try, 42nd session); custom_jvp's zero tangents add so
+    a = jax.random.normal(jax.random.key(0), (4, 16))
+    zeros_added = jaxrw.optimize(lambda a: a * (jnp.zeros_like(a) + jnp.zeros_like(a)), numerics=numerics)
+    rep = zeros_added.report(a)
+    assert rep.stop_reason is StopReason.SATURATED and rep.egraph_nodes < 30, rep
+    np.testing.assert_array_equal(zeros_added(a), a * 0.0)
+    opt = jaxrw.optimize(_zero_tangents, numerics=numerics)
+    rep = opt.report(a, a + 1, a - 1)
+    assert rep.stop_reason is StopReason.SATURATED and rep.egraph_nodes < 10 * rep.n_equations, rep
+    want = jax.jit(_zero_tangents)(a, a + 1, a - 1)
+    np.testing.assert_allclose(opt(a, a + 1, a - 1), want, rtol=1e-5, atol=1e-6)
