@@ -549,6 +549,22 @@ def test_programs_with_zero_size_values_are_kept_as_written():
     assert rep.stop_reason.value == "zero-size arrays" and not rep.rewritten
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_negative_dimension_gets_jax_jit_s_own_error(strict):
+    # jax traces jax.random.normal(k, (-1,)); the cost model priced it below zero and optimize
+    # warned of an extract-stage failure (strict: RewriteStageError) before jax.jit's MLIRError
+    f = lambda k: jax.random.normal(k, (-1,)) * 2.0 + 1.0  # noqa: E731
+    with pytest.raises(Exception) as want:
+        jax.jit(f)(jax.random.key(0))
+    opt = jaxrw.optimize(f, strict=strict)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: it is kept as written
+        with pytest.raises(type(want.value), match="invalid tensor dimension"):
+            opt(jax.random.key(0))
+    rep = opt.report(jax.random.key(0))
+    assert rep.stop_reason.value == "negative dimension" and "(-1,)" in rep.guard_note
+
+
 def test_numpy_numbers_are_taken_where_python_ones_are():
     limits = jaxrw.Limits(iterations=np.int64(3), nodes=np.int32(500), time_s=np.float32(2.0))
     assert (limits.iterations, limits.nodes, limits.time_s) == (3, 500, 2.0)
