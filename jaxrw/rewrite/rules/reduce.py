@@ -126,23 +126,37 @@ def _diag_dot(form):
             wide = Tensor.mul(*(Tensor.convert_element_type(t, F32) for t in (a_, b_)))
             conds = (rank(A, 2), rank(B, 2), *same_dtype(A, B, prod))
             for masked, extra in _masked(prod, form):
-                for axes, new_axes in (
-                    (_axes(0, 1), _axes(0, 1)),
-                    (_axes(0), _axes(1)),
-                    (_axes(1), _axes(1)),
+                for axes, new_axes, trace in (
+                    (_axes(0, 1), _axes(0, 1), True),
+                    (_axes(0), _axes(1), False),
+                    (_axes(1), _axes(1), False),
                 ):
                     plain, *upcasts = _sum_of(masked, axes, LOW)
-                    for lhs, _, only in upcasts:
-                        out.append(rewrite(lhs).to(sum_(wide, new_axes), *conds, *extra, *only))
+                    for (lhs, _, only), low in zip(upcasts, LOW, strict=True):
+                        rhs = _diagonal_sum(wide, low) if trace else _diagonal(wide, low)
+                        out.append(rewrite(lhs).to(rhs, *conds, *extra, *only))
                     # summed in its own dtype: the new, longer sum accumulates in float32 for
                     # bf16/f16 (it lands in the program's class, where decode would not upcast)
                     lhs, _, _ = plain
                     high = (ne(V.d).to(String(LOW[0])), ne(V.d).to(String(LOW[1])))
                     out.append(rewrite(lhs).to(sum_(hadamard, new_axes), *conds, *extra, *high))
                     for low in LOW:  # float16 products overflow where the dot's float32 ones do not
-                        acc = Tensor.convert_element_type(sum_(wide, new_axes), low)
+                        acc = _diagonal_sum(wide, low) if trace else sum_(wide, new_axes)
+                        acc = Tensor.convert_element_type(acc, low)
                         out.append(rewrite(lhs).to(acc, *conds, *extra, eq(V.d).to(String(low))))
     return out
+
+
+def _diagonal(wide, low):
+    """diag(A·B) in float32 from its float32 products [i, k], rounded to `low` on the way as the
+    dot rounds it: an entry over float16's range is Inf, as jax.jit's (a new user's float16
+    trace was finite, summed straight from the products, where jax.jit's was NaN)."""
+    return Tensor.convert_element_type(Tensor.convert_element_type(sum_(wide, _axes(1)), low), F32)
+
+
+def _diagonal_sum(wide, low):
+    """trace(A·B) in float32: the sum of `_diagonal`."""
+    return sum_(_diagonal(wide, low), _axes(0))
 
 
 def _trace_example(rng, dt):

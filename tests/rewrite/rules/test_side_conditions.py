@@ -152,6 +152,29 @@ def test_a_float16_trace_multiplies_in_float32_as_the_dot_does():
 
 
 @pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: jnp.trace(a @ b),  # summed in float32 by jnp
+        lambda a, b: lax.reduce_sum(jnp.where(jnp.eye(64, dtype=bool), a @ b, 0), (0, 1)),
+        lambda a, b: jnp.trace(a @ b, dtype=jnp.float32),
+        lambda a, b: jnp.where(jnp.eye(64, dtype=bool), a @ b, 0).astype(jnp.float32).sum(1),
+    ],
+    ids=["trace", "in-float16", "float32-out", "diagonal"],
+)
+def test_a_float16_trace_overflows_where_the_dot_does(fn):
+    # the dot rounds each diagonal entry to float16, some past its range (Inf, and NaN summed);
+    # the trace summed straight from the float32 products was finite (a new user's try)
+    rng = np.random.default_rng(4)
+    args = tuple(jnp.asarray(100 * rng.standard_normal((64, 64)), jnp.float16) for _ in range(2))
+    want = np.asarray(jax.jit(fn)(*args), np.float32)
+    assert not np.isfinite(want).all() and _fired(fn, args, "reduce.diag_dot") > 0
+    got = np.asarray(jaxrw.optimize(fn, limits=jaxrw.Limits(min_gain=0))(*args), np.float32)
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=2e-2)
+
+
+@pytest.mark.parametrize(
     "rule,fn",
     [
         ("elementwise.exp_log", lambda z: jnp.log(jnp.exp(z)) * 2),
