@@ -15,6 +15,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 import pytest
 from jax.experimental import io_callback
@@ -535,7 +536,7 @@ def test_a_non_callable_is_refused():
         jaxrw.optimize(3)
 
 
-def test_programs_with_zero_size_values_are_kept_as_written():
+def test_equations_on_zero_size_values_stay_opaque():
     # concatenations of empty arrays have the shape of their parts: merge rules could grow the
     # e-graph without bound inside one saturation step (a hang found by make fuzz)
     def f(c, d, e):
@@ -546,7 +547,21 @@ def test_programs_with_zero_size_values_are_kept_as_written():
     opt = jaxrw.optimize(f, strict=True, limits=FORCE)
     np.testing.assert_allclose(opt(*args), jax.jit(f)(*args))
     rep = opt.report(*args)
-    assert rep.stop_reason.value == "zero-size arrays" and not rep.rewritten
+    assert rep.stop_reason.value == "saturated" and rep.rules_fired == {}
+
+
+def test_empty_values_leave_the_rest_of_the_program_rewritten():
+    # the whole program was kept as written for one empty value: lax.associative_scan over an
+    # even length slices empty arrays, and the chain beside it was not reassociated (a new user)
+    def f(xs, a, v):
+        return lax.associative_scan(jnp.add, xs), (a @ a) @ v
+
+    xs, a, v = jnp.arange(16.0), *_rand(8, (64, 64), (64,))
+    opt = jaxrw.optimize(f, strict=True, limits=FORCE)
+    for got, want in zip(opt(xs, a, v), jax.jit(f)(xs, a, v), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5)
+    rep = opt.report(xs, a, v)
+    assert rep.rewritten and rep.rules_fired.get("dot.assoc_right", 0) > 0, rep
 
 
 @pytest.mark.parametrize("strict", [False, True])

@@ -335,7 +335,7 @@ class _Encoder:
                 lvl = 1 + max((self.levels.get(t, 0) for t in ins), default=0)
                 if self._dot is not None:
                     self.note_dot(eqn, outs[0], lvl)
-                if len(outs) == 1 and own:
+                if len(outs) == 1 and own and not touches_empty(eqn):
                     self.note_stacking(eqn, ins, outs[0])
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
@@ -349,7 +349,7 @@ class _Encoder:
         """Terms for one equation's outputs (opaque unless `own`: a primitive jax.lax's by name only)."""
         name, p = eqn.primitive.name, eqn.params
         plain = all(v is None for v in p.values())
-        if len(eqn.outvars) == 1 and not eqn.effects and own:
+        if len(eqn.outvars) == 1 and not eqn.effects and own and not touches_empty(eqn):
             if name in ELEMENTWISE_TYPED and plain and len(ins) == 2:
                 return [self.t(ELEMENTWISE_TYPED[name], ins[0], ins[1])]
             if name == "neg" and plain:
@@ -503,6 +503,15 @@ def impostor(primitive: Any) -> bool:
     custom_jvp_call) cannot be told apart and are taken as jax's."""
     known = _lax_primitives().get(primitive.name)
     return known is not None and known is not primitive
+
+
+def touches_empty(eqn: Any) -> bool:
+    """Whether an operand or result of the equation has zero elements. Such an equation stays
+    opaque: nothing is gained on it, and concatenations of empty arrays have the shape of their
+    parts, so merge and slice rules grew the e-graph without bound on them (make fuzz: a hang).
+    The rest of the program is rewritten (lax.associative_scan makes empty slices)."""
+    values = (*eqn.invars, *eqn.outvars)
+    return any(getattr(getattr(v, "aval", None), "size", 1) == 0 for v in values)
 
 
 def _freeze(x: Any) -> Any:

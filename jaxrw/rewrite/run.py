@@ -52,7 +52,6 @@ class StopReason(enum.Enum):
     TIME_LIMIT = "time limit"
     NO_RULES = "no rules"
     SIZE_LIMIT = "size limit"  # the program has more equations than limits.equations: not encoded
-    ZERO_SIZE = "zero-size arrays"  # a value has no elements: kept as written (see rewrite_jaxpr)
     BAD_SHAPE = "negative dimension"  # jax.jit refuses it when compiling: kept, so that it says so
     EFFECTS = "side effects"  # a body whose effects are not taken apart (rewrite/effects.py): kept
     SHARDED = "tensor-parallel arguments"  # split along an inner axis: kept (docs/multi-gpu.md)
@@ -458,10 +457,6 @@ def rewrite_jaxpr(
         kept = StopReason.EFFECTS, "its effects are not taken apart (rewrite/effects.py): kept as written"
     elif (bad := _negative_shape(closed.jaxpr)) is not None:  # jax.random.normal(k, (-1,)) traces
         kept = StopReason.BAD_SHAPE, f"a value has the shape {bad}: kept as written (XLA refuses it)"
-    elif _has_zero_size(closed.jaxpr):
-        # nothing to gain, and concatenations of empty arrays have the shape of their parts, so
-        # merge and slice rules can grow the e-graph without bound (found by make fuzz: a hang)
-        kept = StopReason.ZERO_SIZE, "a value has zero elements: kept as written"
     if kept is not None:
         report.n_equations, report.n_outputs = n_eqns, len(closed.jaxpr.outvars)
         report.stop_reason, report.guard_note = kept
@@ -572,20 +567,10 @@ def _binds_effects_once(program: Program, view: EGraphView, choice: dict[str, st
     return not view.slow and bound_once(program, chosen)
 
 
-def _values(jaxpr: Any) -> list:
-    """The inputs, outputs and equation results of this jaxpr (not of nested ones)."""
-    return [*jaxpr.invars, *jaxpr.outvars, *(v for e in jaxpr.eqns for v in e.outvars)]
-
-
-def _has_zero_size(jaxpr: Any) -> bool:
-    """Whether a value of this jaxpr (not of nested ones) is empty."""
-    return any(getattr(getattr(v, "aval", None), "size", 1) == 0 for v in _values(jaxpr))
-
-
 def _negative_shape(jaxpr: Any) -> tuple | None:
     """The first shape of a value of this jaxpr with a negative dimension (jax traces some; the
     cost model would price them below zero, and XLA refuses them), or None."""
-    for v in _values(jaxpr):
+    for v in (*jaxpr.invars, *(v for e in jaxpr.eqns for v in e.outvars)):
         dims = getattr(getattr(v, "aval", None), "shape", ())
         if any(isinstance(n, int) and n < 0 for n in dims):
             return tuple(dims)
