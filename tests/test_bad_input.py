@@ -15,9 +15,9 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
 import pytest
+from jax import lax
 from jax.experimental import io_callback
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
