@@ -336,9 +336,8 @@ class ExplanationViews:
         installed."""
         import logging
 
-        if not dot_available():
+        if not dot_available():  # said once: logging reaches stderr with no handler set up
             logging.getLogger("jaxrw").warning(DOT_MISSING)
-            print(DOT_MISSING)
             return []
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

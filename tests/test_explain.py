@@ -189,13 +189,15 @@ def test_graphs_build_without_dot():
         ex.graph("sideways")
 
 
-def test_render_without_dot_says_so(monkeypatch, tmp_path, capsys):
+def test_render_without_dot_says_so_once(monkeypatch, tmp_path, capsys, caplog):
     import jaxrw.explain_render as er
 
     monkeypatch.setattr(er.shutil, "which", lambda name: None)
     ex = jaxrw.explain(chain, *_rand(7, (16, 16), (16, 16), (16, 16), (16, 2)), sites=False)
     assert ex.render(tmp_path) == []
-    assert "dot" in capsys.readouterr().out
+    out = capsys.readouterr()
+    said = [r.getMessage() for r in caplog.records] + [out.out, out.err]
+    assert sum(text.count("`dot` program was not found") for text in said) == 1  # it was said twice
     assert html.escape(DOT_MISSING) in ex._repr_html_()
 
 
