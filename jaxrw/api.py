@@ -21,9 +21,10 @@ from typing import Any
 import jax
 
 from . import compat, hoist, signature
-from .errors import InvalidOptionError, JaxrwError, RewriteStageError, raised_in_a_callback
+from .errors import InvalidOptionError, JaxrwError, RewriteStageError
+from .fallback import FallBacks
 from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, install_hot, slow_leaves
-from .logs import fn_name, warn_user
+from .logs import fn_name, warn_user, warnings_held
 from .options import (
     both_spellings,
     checked_options,
@@ -56,7 +57,7 @@ def _state(default: Any) -> Any:
 
 
 @dataclass(eq=False)  # hashable by identity, like a jitted function
-class Optimized(Stages):
+class Optimized(Stages, FallBacks):
     """The callable `optimize` returns. Call it like the original function."""
 
     fn: Callable
@@ -213,7 +214,7 @@ class Optimized(Stages):
         key = (in_tree, leaf_keys(leaves, dyn, self.static_argnums), statics)
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache.setdefault(key, self._build(args, kwargs, dyn, statics, leaves, in_tree))
+            entry = self._build(key, "first", args, kwargs, dyn, statics, leaves, in_tree)
         if self._fast_state == "on" and self._all_original():
             self._enter_jit()
             try:
@@ -285,7 +286,7 @@ class Optimized(Stages):
         entry = self._cache.get(key)
         if self._fast_state == "jit":  # this jit is the class's __call__: the user's function here
             if entry is None and not self._build_outside():
-                entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+                entry = self._build(key, "set", args, kwargs, dyn, statics, leaves, in_tree)
             if entry is None:
                 self._unbuilt.add(key)  # no state "jit" again before it is built (`_all_original`)
             if entry is None or not as_written(entry):
@@ -295,7 +296,7 @@ class Optimized(Stages):
         if python or (entry is None and self._build_outside()):
             raise _BuildOutside()  # __call__ takes its own path (and builds there)
         if entry is None:
-            entry = self._cache[key] = self._build(args, kwargs, dyn, statics, leaves, in_tree)
+            entry = self._build(key, "set", args, kwargs, dyn, statics, leaves, in_tree)
         if self._all_original():  # state "jit" (`_enter_jit`), entered in __call__
             raise _BuildOutside()
         if entry.fallback is not None or entry.fn is None or entry.handed_off:
@@ -347,45 +348,6 @@ class Optimized(Stages):
             self._fast = self._new_fast()
         return True
 
-    def _fast_failed(self, e: Exception, args: tuple, kwargs: dict) -> Any:
-        """The inlined program failed to trace, compile or run. If jax.jit of the function fails on
-        the same arguments, they are at fault: its error propagates. Otherwise jaxrw is: fall back
-        to jax.jit from now on with one warning (or raise under strict)."""
-        if raised_in_a_callback(e) and any(x.reference is not None for x in self._cache.values()):
-            raise e  # a user's jax.debug call (rewrite/effects.py), before any change of state
-        self._leave_jit()
-        self._check_arguments(args, kwargs)
-        want = self._jitted(*args, **kwargs)
-        why = self._fall_back(RewriteStageError("compile", e), e)
-        self._fast_state = "broken"
-        for entry in self._cache.values():  # every signature runs jax.jit now: each report says so
-            entry.fall_back(why)
-        return want
-
-    def _fall_back(self, err: JaxrwError, cause: BaseException) -> str:
-        """This signature runs jax.jit because of `err` (from `cause`): raised under strict, else
-        one warning. Returns the reason, for `Entry.fall_back`."""
-        if self.strict:
-            raise err if err is cause else err from cause
-        if not self._keep:  # explain's copy: the explanation says so itself (its calls warned once)
-            warn_user(f"jaxrw: falling back to jax.jit for {fn_name(self.fn)}: {err}")
-        return str(err)
-
-    def _check_arguments(self, args: tuple, kwargs: dict) -> None:
-        """Raise jaxrw's clear error for a bad static value or a leaf that is not an array."""
-        dyn, _statics = self._split(args, kwargs)
-        leaf_keys(jax.tree_util.tree_leaves(dyn), dyn, self.static_argnums)
-
-    def _first_call_failed(self, entry: Entry, e: Exception, args: tuple, kwargs: dict) -> Any:
-        """The built program failed on its first call. jax.jit runs the same arguments first: if it
-        fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
-        fall back with one warning (compile stage), or raise under strict."""
-        if entry.reference is not None and raised_in_a_callback(e):  # the user's jax.debug call
-            raise e
-        want = self._jitted(*args, **kwargs)
-        entry.fall_back(self._fall_back(RewriteStageError("compile", e), e))
-        return want
-
     def _is_disabled(self) -> bool:
         """Whether JAXRW_DISABLE makes this a plain jax.jit: as read at the first call, or now if none yet."""
         return disabled() if self._fast_state == "unknown" else self._fast_state == "disabled"
@@ -414,9 +376,7 @@ class Optimized(Stages):
         with self._lock:
             if key in self._cache:
                 return self._cache[key], key, leaves
-            entry = self._build(args, kwargs, dyn, statics, leaves, in_tree)
-            if keep:
-                entry = self._cache.setdefault(key, entry)  # another thread's, built meanwhile
+            entry = self._build(key, "first" if keep else None, args, kwargs, dyn, statics, leaves, in_tree)
         return entry, key, leaves
 
     def clear_cache(self) -> None:
@@ -443,9 +403,17 @@ class Optimized(Stages):
         flat = signature.flat_function(self.fn, *statics, args, kwargs, in_tree)
         return compat.traced_as(flat, self.fn, args, kwargs, statics, in_tree.num_leaves)
 
-    def _build(self, *how: Any) -> Entry:
-        with hoist.stepped_out(self._lock):  # a trace of the user's code may wait on another thread's
-            return self._traced_and_rewritten(*how)
+    def _build(self, key: tuple, keep: str | None, *how: Any) -> Entry:
+        """This signature's entry, kept in the cache (`keep` "set"; "first": another thread's where
+        one was kept meanwhile; None: not kept). jaxrw's warnings come after (logs.warnings_held)."""
+        with warnings_held():
+            with hoist.stepped_out(self._lock):  # a trace of the user's code may wait on another thread's
+                entry = self._traced_and_rewritten(*how)
+            if keep == "first":
+                entry = self._cache.setdefault(key, entry)
+            elif keep == "set":
+                self._cache[key] = entry
+        return entry
 
     def _traced_and_rewritten(self, args, kwargs, dyn, statics, leaves, in_tree) -> Entry:
         self.traces += 1

@@ -6,11 +6,14 @@ each rewrite at debug level); leave it unset to configure logging yourself as us
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 import warnings
+from collections.abc import Iterator
 
-__all__ = ["configure_logging", "LEVELS", "warn_user"]
+__all__ = ["configure_logging", "LEVELS", "warn_user", "warnings_held", "is_jaxrw_warning"]
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 _HANDLER_NAME = "jaxrw-env"
@@ -43,8 +46,46 @@ def fn_name(fn: object) -> str:
 
 def warn_user(message: str) -> None:
     """A UserWarning attributed to the caller's line: frames inside jaxrw and jax are skipped, so
-    the warning points at the user's call whichever path (fast path, report, explain) raised it."""
+    the warning points at the user's call whichever path (fast path, report, explain) raised it.
+    Inside `warnings_held`, given when that block ends."""
+    held = getattr(_held, "messages", None)
+    if held is not None:
+        held.append(message)
+        return
     import jax
 
     skip = (os.path.dirname(__file__), os.path.dirname(jax.__file__))
     warnings.warn(message, UserWarning, skip_file_prefixes=skip)
+
+
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def warnings_held() -> Iterator[None]:
+    """jaxrw's warnings (warn_user) in this thread wait until the block ends: a build and the
+    state it leaves (a fallback entry cached) come first. Where the user's filters make warnings
+    errors (`-W error`), a notice then cannot fail the build, and the one warning is raised once:
+    the next call finds that state and runs quietly. After an exception, they are given only
+    where they stay warnings (the exception is what the caller sees)."""
+    if getattr(_held, "messages", None) is not None:  # nested: the outermost block gives them
+        yield
+        return
+    _held.messages = []
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        messages, _held.messages = _held.messages, None
+        for message in messages:
+            try:
+                warn_user(message)
+            except Warning:
+                if not failed:
+                    raise
+
+
+def is_jaxrw_warning(e: BaseException) -> bool:
+    """Whether `e` is one of jaxrw's warnings raised as an error by the user's filters."""
+    return isinstance(e, UserWarning) and str(e).startswith("jaxrw:")

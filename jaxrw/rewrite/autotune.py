@@ -12,7 +12,6 @@ import hashlib
 import json
 import math
 import os
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import jax
 
+from ..logs import warn_user
 from .decode import decode
 from .extract import alternatives, fingerprint
 from .measure import Timing, paired_ratio, time_interleaved
@@ -90,7 +90,7 @@ def _load(path: Path) -> dict[str, dict]:
             raise ValueError("unexpected structure")
         return data
     except (OSError, ValueError) as e:
-        warnings.warn(f"jaxrw: ignoring corrupted autotune cache {path}: {e}", stacklevel=3)
+        warn_user(f"jaxrw: ignoring corrupted autotune cache {path}: {e}")
         return {}
 
 
@@ -113,7 +113,7 @@ def _save(path: Path, data: dict[str, dict]) -> None:
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
         tmp.replace(path)
     except OSError as e:
-        warnings.warn(f"jaxrw: could not save the autotune choice to {path}: {e}", stacklevel=3)
+        warn_user(f"jaxrw: could not save the autotune choice to {path}: {e}")
 
 
 def autotune(
