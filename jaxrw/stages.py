@@ -105,14 +105,31 @@ class Stages:
         keeps its own hoisted values, instead of sharing a lock and caches with this one."""
         return dataclasses.replace(self, traces=0, _cache={})  # type: ignore[type-var]
 
+    def _options(self) -> dict[str, Any]:
+        """The function and options it was made with, with no signatures: a copy's."""
+        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}  # type: ignore[arg-type]
+        return {**options, "traces": 0, "_cache": {}}
+
     def __deepcopy__(self, memo: dict) -> Any:
         """As `__copy__`, of a deep copy of the function (a bound method's object, a module's
         attributes), where `copy.deepcopy` failed on the thread lock (a new user's try). The copy
         is in `memo` before the function is copied, so an object that holds this function holds
         the copy in the copied object."""
-        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}  # type: ignore[arg-type]
+        options = self._options()
         dup = object.__new__(type(self))
         memo[id(self)] = dup
-        fn = copy.deepcopy(self.fn, memo)  # type: ignore[attr-defined]
-        type(self).__init__(dup, **{**options, "fn": fn, "traces": 0, "_cache": {}})
+        type(self).__init__(dup, **{**options, "fn": copy.deepcopy(self.fn, memo)})  # type: ignore[attr-defined]
         return dup
+
+    def __reduce__(self) -> tuple:
+        """Pickled as its function and options, as a jax.jit is (cloudpickle for Ray, dask or
+        loky workers failed on the thread lock and the e-graphs): the unpickled one builds its own
+        programs."""
+        return _unpickled, (self._options(),)
+
+
+def _unpickled(options: dict[str, Any]) -> Any:
+    """An optimized function from `Stages.__reduce__`'s options."""
+    from .api import Optimized
+
+    return Optimized(**options)

@@ -576,6 +576,35 @@ def test_a_donated_argument_passed_by_keyword_is_donated():
         assert x.is_deleted() == y.is_deleted() == True  # noqa: E712
 
 
+def _matmul_twice(x, w):
+    return x @ w @ w
+
+
+def test_optimized_functions_pickle_as_jit_ones_do():
+    # cloudpickle (Ray, dask, loky workers) failed on the thread lock, or after a call on the
+    # e-graph, where a jax.jit pickles (a new user's try, 42nd session)
+    import pickle
+
+    x, w = _rand(12, (4, 8), (8, 8))
+    f = jaxrw.optimize(_matmul_twice, hoist_argnums=1, numerics="strict", limits={"nodes": 900})
+    dumps = [pickle.dumps]
+    try:
+        import cloudpickle
+
+        dumps.append(cloudpickle.dumps)
+    except ImportError:
+        pass
+    for dump in dumps:
+        for calls in (0, 1):
+            if calls:
+                f(x, w)
+            dup = pickle.loads(dump(f))
+            assert dup.traces == 0 and dup._cache == {} and dup.fn is _matmul_twice
+            assert (dup.hoist_argnums, dup.numerics, dup.limits.nodes) == ((1,), "strict", 900)
+            np.testing.assert_array_equal(dup(x, w), jax.jit(_matmul_twice)(x, w))
+    assert f.traces == 1
+
+
 def test_copies_are_new_optimized_functions():
     # copy.deepcopy failed on the thread lock (TypeError: cannot pickle '_thread.RLock'), where
     # jax.jit's copies; a shallow copy shared the lock, caches and hoisted values (a new user's try)
