@@ -14,7 +14,7 @@ from . import compat
 from .options import signature_of
 from .prologue import picker
 from .schedule.xla_modes import tuned_jit
-from .signature import leaf_key, leaf_owners
+from .signature import leaf_key, leaf_owners, without_config
 
 __all__ = ["Layout", "fast_signature", "hoisted_as_passed", "with_hoisted"]
 
@@ -116,8 +116,11 @@ class Layout:
                 raise mismatch(f"{len(fast)} positional arguments besides the bound ones: too few")
             dyn, st = opt._split(*merged)
             leaves, t = jax.tree_util.tree_flatten(dyn)
-            if not compat.same_treedef(t, tree) or st != statics or len(leaves) != len(keys):
-                raise mismatch(self.difference(merged, st == statics))
+            # a call under other jax config (x64, a matmul precision) is taken, as a compiled
+            # executable takes it: this jit traces the bound program under that config
+            same_statics = without_config(st) == without_config(statics)
+            if not compat.same_treedef(t, tree) or not same_statics or len(leaves) != len(keys):
+                raise mismatch(self.difference(merged, same_statics))
             for i, x in zip(fill, passed, strict=True):
                 leaves[i] = x
             for i, x in enumerate(leaves):

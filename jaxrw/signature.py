@@ -183,6 +183,11 @@ def trace_config() -> tuple:
     )
 
 
+def without_config(statics: tuple) -> tuple:
+    """A key's static values without the trace_config items `split_statics` puts last."""
+    return statics[: len(statics) - 4]  # trace_config's four (tests/test_bind_config.py checks the count)
+
+
 def static_key(v: Any, what: str) -> Any:
     """A static argument as a cache key: it must be hashable, and is keyed with its type, as
     jax.jit keys it (1, 1.0 and True are equal in Python but trace differently)."""
