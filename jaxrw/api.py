@@ -21,7 +21,7 @@ from typing import Any
 import jax
 
 from . import compat, hoist, signature
-from .errors import InvalidOptionError, JaxrwError, RewriteStageError
+from .errors import InvalidOptionError, JaxrwError, RewriteStageError, UnsupportedProgramError
 from .fallback import FallBacks
 from .hoist import MISS, HoistedCall, HotPath, NotHot, first_call, install_hot, slow_leaves
 from .logs import fn_name, warn_user, warnings_held
@@ -418,12 +418,17 @@ class Optimized(Stages, FallBacks):
     def _traced_and_rewritten(self, args, kwargs, dyn, statics, leaves, in_tree) -> Entry:
         self.traces += 1
         flat = self._flat_fn(args, kwargs, in_tree)
-        specs = [spec(x) for x in leaves]
+        wide = signature.wider_than_config(leaves)  # a ShapeDtypeStruct of them is narrowed: float32
+        specs = leaves if wide else [spec(x) for x in leaves]
         t0 = time.perf_counter()
         closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*specs)
         took_ms = (time.perf_counter() - t0) * 1e3
         log.debug("trace %s #%d: %d inputs in %.1f ms", fn_name(self.fn), self.traces, len(specs), took_ms)
         out_tree = jax.tree_util.tree_structure(out_shape)
+        if wide:
+            err = UnsupportedProgramError(f"{wide} arrays while jax_enable_x64 is off")
+            why = self._fall_back(err, err)
+            return Entry(self._jitted, out_tree, RewriteReport.failed(closed, why), fallback=why)
         try:
             profile = self.profile if isinstance(self.profile, Profile) else None
             if profile is None:

@@ -6,12 +6,11 @@ each rewrite at debug level); leave it unset to configure logging yourself as us
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import warnings
-from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["configure_logging", "LEVELS", "warn_user", "warnings_held", "is_jaxrw_warning"]
 
@@ -61,28 +60,28 @@ def warn_user(message: str) -> None:
 _held = threading.local()
 
 
-@contextlib.contextmanager
-def warnings_held() -> Iterator[None]:
+class warnings_held:  # noqa: N801 - used as a function: `with warnings_held():`
     """jaxrw's warnings (warn_user) in this thread wait until the block ends: a build and the
     state it leaves (a fallback entry cached) come first. Where the user's filters make warnings
     errors (`-W error`), a notice then cannot fail the build, and the one warning is raised once:
     the next call finds that state and runs quietly. After an exception, they are given only
-    where they stay warnings (the exception is what the caller sees)."""
-    if getattr(_held, "messages", None) is not None:  # nested: the outermost block gives them
-        yield
-        return
-    _held.messages = []
-    failed = True
-    try:
-        yield
-        failed = False
-    finally:
+    where they stay warnings (the exception is what the caller sees). A class, not a generator:
+    a warning given from a generator's exit is attributed to contextlib, not the user's line."""
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_held, "messages", None) is not None  # nested: the outermost gives them
+        if not self.outer:
+            _held.messages = []
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        if self.outer:
+            return
         messages, _held.messages = _held.messages, None
         for message in messages:
             try:
                 warn_user(message)
             except Warning:
-                if not failed:
+                if kind is None:
                     raise
 
 

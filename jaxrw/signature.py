@@ -144,6 +144,17 @@ def spec(x: Any) -> Any:
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=weak, sharding=explicit_sharding(aval))
 
 
+def wider_than_config(leaves: list) -> str:
+    """The 64-bit dtypes among arrays made under x64 and passed with it off (jax.jit traces them
+    as they are, and its dots then round in float32): '' if none."""
+    wide = {
+        str(x.dtype)
+        for x in leaves
+        if isinstance(x, jax.Array) and jax.dtypes.canonicalize_dtype(x.dtype) != x.dtype
+    }
+    return ", ".join(sorted(wide))
+
+
 def _is_shape(x: Any) -> bool:
     return isinstance(x, jax.ShapeDtypeStruct)
 

@@ -468,3 +468,27 @@ def test_odd_callables_are_named_as_jax_jit_names_them(opts):
             want.append(compiled_names(call))
             np.testing.assert_allclose(got[0], loss(W, x), rtol=1e-5, atol=1e-5)
         assert want[1] and want[1] <= want[0] | {"jit(loss_reference)"}, want
+
+
+@pytest.mark.parametrize("hoist", [None, (1, 2)])
+def test_float64_arrays_with_x64_turned_off_run_as_jax_jit_runs_them(hoist):
+    # arrays made under x64, passed after it is turned off: jaxrw traced ShapeDtypeStructs of
+    # them, which jax narrows to float32 (a float32 result where jax.jit's is float64) with a
+    # warning per struct (12, 18 with hoisting; a new user's try, 42nd session)
+    f = lambda x, w1, w2: x @ w1 + x @ w2  # noqa: E731
+    with jax.enable_x64(True):
+        args = tuple(jnp.full((8, 8), 0.5 + i, jnp.float64) for i in range(3))
+    want = jax.jit(f)(*args)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        opt = jaxrw.optimize(f, hoist_argnums=hoist)
+        got = opt(*args)
+        opt(*args)
+    assert got.dtype == want.dtype == jnp.float64
+    np.testing.assert_array_equal(got, want)
+    ours = [w for w in seen if "jaxrw" in str(w.message)]
+    assert len(ours) == 1 and "float64 arrays while jax_enable_x64 is off" in str(ours[0].message)
+    assert ours[0].filename == __file__  # the user's line, not contextlib's
+    assert not [w for w in seen if "ShapeDtypeStruct" in str(w.message) or "zeros" in str(w.message)]
+    with pytest.raises(jaxrw.JaxrwError, match="jax_enable_x64 is off"):
+        jaxrw.optimize(f, strict=True)(*args)
