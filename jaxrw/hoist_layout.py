@@ -14,7 +14,7 @@ from . import compat
 from .options import signature_of
 from .prologue import picker
 from .schedule.xla_modes import tuned_jit
-from .signature import leaf_key, leaf_owners, without_config
+from .signature import as_bound, leaf_key, leaf_owners, trace_config
 
 __all__ = ["Layout", "fast_signature", "hoisted_as_passed", "with_hoisted"]
 
@@ -54,16 +54,21 @@ class Layout:
         self._forms = [(k, *_form(v)) for k, v in present]
         self.spelled = self._spelling(args, kwargs)
 
-    def difference(self, merged: tuple[tuple, dict], same_statics: bool) -> str:
-        """What a call (`merged`: its arguments with the hoisted ones) changed of the structure of
-        the call this layout was made from, for a bound function's error."""
+    def difference(self, merged: tuple[tuple, dict], statics: tuple, bound_statics: tuple) -> str:
+        """What a call (`merged`: its arguments with the hoisted ones; `statics`: its key's) changed
+        of the call this layout was made from (`bound_statics`), for a bound function's error."""
         (n, names), (was_n, was_names) = self._spelling(*merged), self.spelled
         if (n, names) != (was_n, was_names):
             return (
                 f"called with {n} positional argument(s) and keywords {list(names)} besides the hoisted "
                 f"ones, bound with {was_n} and {list(was_names)}"
             )
-        return "other static values" if not same_statics else "another pytree structure"
+        if as_bound(statics) == as_bound(bound_statics):
+            return "another pytree structure"
+        n = len(trace_config())
+        if statics[:-n] == bound_statics[:-n]:
+            return "under another jax_enable_x64 or mesh than it was bound under"
+        return "other static values"
 
     def _spelling(self, args: tuple, kwargs: dict) -> tuple[int, tuple[str, ...]]:
         """How a call passes the arguments besides the hoisted ones: how many by position, which by name."""
@@ -75,7 +80,7 @@ class Layout:
         before lowering).
         Zeros, not placeholder objects: unflattening runs a registered dataclass's __post_init__,
         which may check or combine its fields, as it does under jax.jit."""
-        local = [jax.numpy.zeros(a.shape, a.dtype) for _, _, avals in self._forms for a in avals]
+        local = [jax.numpy.zeros(a.shape, _as_config(a.dtype)) for _, _, avals in self._forms for a in avals]
         for j, x in zip(self.passed, passed, strict=True):
             local[j] = x
         out, at = {}, 0
@@ -116,11 +121,11 @@ class Layout:
                 raise mismatch(f"{len(fast)} positional arguments besides the bound ones: too few")
             dyn, st = opt._split(*merged)
             leaves, t = jax.tree_util.tree_flatten(dyn)
-            # a call under other jax config (x64, a matmul precision) is taken, as a compiled
-            # executable takes it: this jit traces the bound program under that config
-            same_statics = without_config(st) == without_config(statics)
+            # a call under another matmul precision or promotion rules is taken, as a compiled
+            # executable takes it: this jit traces the bound program under them
+            same_statics = as_bound(st) == as_bound(statics)
             if not compat.same_treedef(t, tree) or not same_statics or len(leaves) != len(keys):
-                raise mismatch(self.difference(merged, same_statics))
+                raise mismatch(self.difference(merged, st, statics))
             for i, x in zip(fill, passed, strict=True):
                 leaves[i] = x
             for i, x in enumerate(leaves):
@@ -205,3 +210,9 @@ def hoisted_as_passed(opt: Any, args: tuple, kwargs: dict) -> tuple[tuple[int, .
     owned = opt.hoisted_owners
     pos = tuple(sorted(i for i in owned if isinstance(i, int) and i < len(args)))
     return pos, tuple(sorted(k for k in owned if isinstance(k, str) and k in kwargs))
+
+
+def _as_config(dtype: Any) -> Any:
+    """A dtype as jax makes it under the config now (float64 is float32 with x64 off: a call
+    bound under x64 and made without it is refused after, instead of warning here first)."""
+    return jax.dtypes.canonicalize_dtype(dtype, allow_extended_dtype=True)

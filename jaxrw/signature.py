@@ -145,12 +145,15 @@ def spec(x: Any) -> Any:
 
 
 def wider_than_config(leaves: list) -> str:
-    """The 64-bit dtypes among arrays made under x64 and passed with it off (jax.jit traces them
-    as they are, and its dots then round in float32): '' if none."""
+    """The 64-bit dtypes among arrays made under x64 and passed with it off: '' if none. jax.jit
+    traces such an array as it is (a float64 result), while `spec` would narrow it to float32, so
+    such a call runs jax.jit's program. PRNG keys (extended dtypes) are never such."""
     wide = {
         str(x.dtype)
         for x in leaves
-        if isinstance(x, jax.Array) and jax.dtypes.canonicalize_dtype(x.dtype) != x.dtype
+        if isinstance(x, jax.Array)
+        and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.extended)
+        and jax.dtypes.canonicalize_dtype(x.dtype) != x.dtype
     }
     return ", ".join(sorted(wide))
 
@@ -194,9 +197,13 @@ def trace_config() -> tuple:
     )
 
 
-def without_config(statics: tuple) -> tuple:
-    """A key's static values without the trace_config items `split_statics` puts last."""
-    return statics[: len(statics) - 4]  # trace_config's four (tests/test_bind_config.py checks the count)
+def as_bound(statics: tuple) -> tuple:
+    """A key's statics as a bound function compares them (at its trace): without trace_config's
+    matmul precision and promotion rules, under which its values keep their types and shapes (a
+    compiled executable runs under any), with x64 and the mesh (types and placement change)."""
+    n = len(trace_config())  # split_statics puts them last
+    lenient = ("precision", "promotion")
+    return statics[: len(statics) - n] + tuple(c for c in statics[len(statics) - n :] if c[0] not in lenient)
 
 
 def static_key(v: Any, what: str) -> Any:

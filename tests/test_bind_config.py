@@ -1,7 +1,10 @@
-"""A bound function (`Optimized.bind`) called under other jax config runs, as a compiled
-executable does. A new user's try (forty-second session): under `jax.default_matmul_precision`,
-`numpy_rank_promotion("raise")`, `numpy_dtype_promotion("strict")` or x64 it raised "called with
-arguments of another structure, shape or dtype" for the very arguments it was bound with."""
+"""A bound function (`Optimized.bind`) called under another matmul precision or promotion rules
+runs, as a compiled executable does; under another x64 setting or mesh (types and placement
+change) it is refused, saying so. A new user's try (forty-second session): under
+`jax.default_matmul_precision`, `numpy_rank_promotion("raise")` or `numpy_dtype_promotion("strict")`
+it raised "called with arguments of another structure, shape or dtype" for the very arguments it
+was bound with; a review then found that running under another x64 setting gave jax's own dtype
+errors (bound under x64, called without)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 
 import jaxrw
 from jaxrw.errors import InvalidOptionError
-from jaxrw.signature import split_statics, trace_config, without_config
+from jaxrw.signature import as_bound, split_statics, trace_config
 
 
 def _mlp(p, x):
@@ -30,7 +33,6 @@ CONTEXTS = {
     "precision": lambda: jax.default_matmul_precision("highest"),
     "rank-promotion": lambda: jax.numpy_rank_promotion("raise"),
     "dtype-promotion": lambda: jax.numpy_dtype_promotion("strict"),
-    "x64": lambda: jax.enable_x64(True),
 }
 
 
@@ -53,8 +55,21 @@ def test_other_arguments_are_still_refused():
         bound(jnp.ones((4, 16), jnp.bfloat16))
 
 
-def test_the_config_items_come_last_and_are_four():
+def test_another_x64_setting_is_refused_by_name():
+    def f(p, x):
+        return x @ p @ p + jnp.arange(4) * 0.5
+
+    with jax.enable_x64(True):
+        p, x = jnp.ones((4, 4)), jnp.ones((2, 4))  # float64
+        bound = jaxrw.optimize(f, hoist_argnums=0).bind(p, x)
+        assert bound(x).dtype == jnp.float64
+    with pytest.raises(InvalidOptionError, match="another jax_enable_x64 or mesh"):
+        bound(x)  # jax's own TypeError (float64 + float32) from inside the bound program before
+
+
+def test_a_bound_key_leaves_out_only_precision_and_promotion():
     args = (1, jnp.ones(2))
     _, statics = split_statics(args, {}, (0,), ())
-    assert len(trace_config()) == 4 and statics[-4:] == trace_config()
-    assert without_config(statics) == ((0, (int, 1)),)
+    assert statics[-len(trace_config()) :] == trace_config()
+    kept = [c[0] for c in as_bound(statics)[1:]]
+    assert as_bound(statics)[0] == (0, (int, 1)) and kept == ["x64", "mesh"]
