@@ -334,10 +334,8 @@ class ExplanationViews:
         """Write `<name>_before.<format>` and `<name>_after.<format>`, and those of each control-flow
         body; return their paths. Returns [] (and says why) when graphviz's `dot` program is not
         installed."""
-        import logging
-
-        if not dot_available():  # said once: logging reaches stderr with no handler set up
-            logging.getLogger("jaxrw").warning(DOT_MISSING)
+        if not dot_available():  # printed, as a notebook shows it whatever logging is set up
+            print(DOT_MISSING, file=sys.stderr)
             return []
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

@@ -22,10 +22,7 @@ class FallBacks:
         """The inlined program failed to trace, compile or run. If jax.jit of the function fails on
         the same arguments, they are at fault: its error propagates. Otherwise jaxrw is: fall back
         to jax.jit from now on with one warning (or raise under strict)."""
-        if raised_in_a_callback(e) and any(x.reference is not None for x in self._cache.values()):
-            raise e  # a user's jax.debug call (rewrite/effects.py), before any change of state
-        if is_jaxrw_warning(e):  # ours, an error by the user's filters: said after its state was kept
-            raise e
+        _raise_as_is(e, any(x.reference is not None for x in self._cache.values()))
         self._leave_jit()
         self._check_arguments(args, kwargs)
         want = self._jitted(*args, **kwargs)
@@ -54,11 +51,17 @@ class FallBacks:
         """The built program failed on its first call. jax.jit runs the same arguments first: if it
         fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
         fall back with one warning (compile stage), or raise under strict."""
-        if entry.reference is not None and raised_in_a_callback(e):  # the user's jax.debug call
-            raise e
-        if is_jaxrw_warning(e):  # as in _fast_failed
-            raise e
+        _raise_as_is(e, entry.reference is not None)
         want = self._jitted(*args, **kwargs)
         with warnings_held():
             entry.fall_back(self._fall_back(RewriteStageError("compile", e), e))
         return want
+
+
+def _raise_as_is(e: Exception, calls_split: bool) -> None:
+    """Raise `e` itself, before any change of state, where it is not jaxrw's fault: a user's
+    jax.debug call raised (`calls_split`: a program with its calls taken apart, rewrite/effects.py),
+    or one of jaxrw's warnings was made an error by the user's filters (said after its state was
+    kept: logs.warnings_held)."""
+    if (calls_split and raised_in_a_callback(e)) or is_jaxrw_warning(e):
+        raise e

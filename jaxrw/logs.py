@@ -63,18 +63,19 @@ _held = threading.local()
 class warnings_held:  # noqa: N801 - used as a function: `with warnings_held():`
     """jaxrw's warnings (warn_user) in this thread wait until the block ends: a build and the
     state it leaves (a fallback entry cached) come first. Where the user's filters make warnings
-    errors (`-W error`), a notice then cannot fail the build, and the one warning is raised once:
-    the next call finds that state and runs quietly. After an exception, they are given only
-    where they stay warnings (the exception is what the caller sees). A class, not a generator:
+    errors (`-W error`), a notice then cannot fail the build, and the first warning is raised
+    once (any others of the block are dropped): the next call finds that state and runs quietly.
+    After an exception, they are given only where they stay warnings (the exception is what the
+    caller sees). A class, not a generator:
     a warning given from a generator's exit is attributed to contextlib, not the user's line."""
 
     def __enter__(self) -> None:
-        self.outer = getattr(_held, "messages", None) is not None  # nested: the outermost gives them
-        if not self.outer:
+        self.nested = getattr(_held, "messages", None) is not None  # the outermost block gives them
+        if not self.nested:
             _held.messages = []
 
     def __exit__(self, kind: Any, *_: Any) -> None:
-        if self.outer:
+        if self.nested:
             return
         messages, _held.messages = _held.messages, None
         for message in messages:

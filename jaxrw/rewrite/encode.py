@@ -331,11 +331,12 @@ class _Encoder:
                 self.sources.append(compat.source_of(eqn, scope))
                 self.primitives[name] = self.primitives.get(name, 0) + 1
                 self._dot = None
-                outs = [self.bind(o) for o in self.equation(eqn, ins, own)]
+                modeled = own and not touches_empty(eqn)  # its name may be acted on
+                outs = [self.bind(o) for o in self.equation(eqn, ins, modeled)]
                 lvl = 1 + max((self.levels.get(t, 0) for t in ins), default=0)
                 if self._dot is not None:
                     self.note_dot(eqn, outs[0], lvl)
-                if len(outs) == 1 and own and not touches_empty(eqn):
+                if len(outs) == 1 and modeled:
                     self.note_stacking(eqn, ins, outs[0])
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
@@ -346,10 +347,11 @@ class _Encoder:
         return [self.read(env, v) for v in jaxpr.outvars]
 
     def equation(self, eqn: Any, ins: list[Sym], own: bool = True) -> list[Sym]:
-        """Terms for one equation's outputs (opaque unless `own`: a primitive jax.lax's by name only)."""
+        """Terms for one equation's outputs (opaque unless `own`: a primitive jax.lax's by name only,
+        no value of it empty: `touches_empty`)."""
         name, p = eqn.primitive.name, eqn.params
         plain = all(v is None for v in p.values())
-        if len(eqn.outvars) == 1 and not eqn.effects and own and not touches_empty(eqn):
+        if len(eqn.outvars) == 1 and not eqn.effects and own:
             if name in ELEMENTWISE_TYPED and plain and len(ins) == 2:
                 return [self.t(ELEMENTWISE_TYPED[name], ins[0], ins[1])]
             if name == "neg" and plain:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidOptionError
+from ..logs import warn_user
 
 __all__ = [
     "Profile",
@@ -234,7 +234,7 @@ def load_profile(path: Path) -> Profile | None:
             raise ValueError(problem)
         return prof
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        warnings.warn(f"jaxrw: ignoring malformed profile {path}: {e}", stacklevel=2)
+        warn_user(f"jaxrw: ignoring malformed profile {path}: {e}")
         return None
 
 
