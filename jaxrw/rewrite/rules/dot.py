@@ -166,6 +166,14 @@ _reg(
 # --- distributivity ------------------------------------------------------------------------------
 
 
+def _not_own_term(*terms):
+    """Conditions: the matched sum `x` is none of its `terms`. A class that holds its own sum is a
+    zero (0 + 0 = 0 by elementwise.add_zero, X·0 + X·0 by like terms); gathering or factoring
+    there makes new coefficients and operands without end (a new user's custom_jvp, whose zero
+    tangents add up: 5,000 nodes for 4 equations; a review: (A@B)·0 + (A@B)·0)."""
+    return [ne(x).to(t) for t in terms]
+
+
 def _factor(side):
     # A@B ± A@C -> A@(B±C)  (left);  A@C ± B@C -> (A±B)@C  (right)
     out = []
@@ -176,8 +184,8 @@ def _factor(side):
         else:
             x1, x2 = dot(A, C, nb, l, r, c), dot(B, C, nb, l, r, c)
             rhs, same = dot(combine(A, B), C, nb, l, r, c), (A, B)
-        conds = [eq(shape(same[0])).to(shape(same[1])), *same_dtype(A, B, C, x1, x2)]
-        out.append(rewrite(combine(x1, x2)).to(rhs, *conds))
+        conds = [eq(shape(same[0])).to(shape(same[1])), *same_dtype(A, B, C, x1, x2), *_not_own_term(x1, x2)]
+        out.append(rule(eq(x).to(combine(x1, x2)), *conds).then(union(x).with_(rhs)))
     return out
 
 
@@ -348,11 +356,6 @@ _reg("neg_out", "(-A)@B -> -(A@B), A@(-B) -> -(A@B)", False, _neg_out, "one dtyp
 # --- like terms ----------------------------------------------------------------------------------
 
 
-# Like terms are not gathered in a class that holds its own sum (a zero: 0 + 0 = 0 by
-# elementwise.add_zero): there aX + bX = X for every a and b, and each round of (a+b)X adds new
-# coefficients without end (a new user's custom_jvp, whose zero tangents add up: 5,000 nodes).
-
-
 def _double():
     # X + X -> 2X   (exact: doubling rounds nowhere)
     two = Tensor.mul(X, Tensor.scalar(2, 1, d))
@@ -366,14 +369,14 @@ def _like_terms():
     for ax in (Tensor.mul(X, a_), Tensor.mul(a_, X)):
         for bx in (Tensor.mul(X, b_), Tensor.mul(b_, X)):
             for combine in (Tensor.add, Tensor.sub):
-                conds = [ne(x).to(X), _scalar(a_), _scalar(b_), *same_dtype(X, a_, b_)]
+                conds = [*_not_own_term(X, ax, bx), _scalar(a_), _scalar(b_), *same_dtype(X, a_, b_)]
                 out.append(
                     rule(eq(x).to(combine(ax, bx)), *conds).then(
                         union(x).with_(Tensor.mul(X, combine(a_, b_)))
                     )
                 )
         for lhs in (Tensor.add(X, ax), Tensor.add(ax, X)):
-            conds = [ne(x).to(X), _scalar(a_), *same_dtype(X, a_)]
+            conds = [*_not_own_term(X, ax), _scalar(a_), *same_dtype(X, a_)]
             out.append(
                 rule(eq(x).to(lhs), *conds).then(
                     union(x).with_(Tensor.mul(X, Tensor.add(a_, Tensor.scalar(1, 1, d))))

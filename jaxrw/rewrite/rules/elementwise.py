@@ -245,8 +245,8 @@ _reg("square", "a**2 <-> a·a", True, _square, "integer power 2", _square_exampl
 
 
 def _factor():
-    # a·b ± a·c -> a·(b ± c)   [b, c one shape; not where the sum is a itself: a zero, see
-    # dot._like_terms, whose products with every b and c sum to it]
+    # a·b ± a·c -> a·(b ± c)   [b, c one shape; not where the sum is a, a·b or a·c itself: a
+    # zero, see dot._not_own_term]
     out = []
     for combine in (add, sub):
         conds = (ne(x).to(A), eq(shape(B)).to(shape(C)), *same_dtype(A, B, C))
@@ -254,7 +254,8 @@ def _factor():
             (mul(A, B), mul(A, C), mul(A, combine(B, C))),
             (mul(B, A), mul(C, A), mul(combine(B, C), A)),
         ):
-            out.append(rule(eq(x).to(combine(ab, ac)), *conds).then(union(x).with_(factored)))
+            own = (ne(x).to(ab), ne(x).to(ac))  # a·0 + a·0 in the class of a·0
+            out.append(rule(eq(x).to(combine(ab, ac)), *conds, *own).then(union(x).with_(factored)))
     return out
 
 
