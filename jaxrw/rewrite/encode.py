@@ -165,7 +165,7 @@ class DotSite:
 class Program:
     """One encoded jaxpr: the e-graph plus the side tables its terms index into."""
 
-    egraph: EGraph
+    egraph: EGraph | None  # None once the rewrite is decoded (RewriteResult.release)
     in_avals: list[Any]
     out_avals: list[Any]
     outputs: list[str]  # the output terms, as egglog text
