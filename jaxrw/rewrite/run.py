@@ -458,10 +458,10 @@ def rewrite_jaxpr(
         note = f"{n_eqns} equations > limits.equations {limits.equations}: not rewritten"
         kept = StopReason.SIZE_LIMIT, note
     elif _deadline is not None and time.perf_counter() >= deadline:  # a body or rerun, too late
-        kept = (
-            StopReason.TIME_LIMIT,
-            f"limits.time_s {limits.time_s:g} s spent before this program: kept as written",
+        before = (
+            "before its rerun with exact rules only (non-finite)" if _exact_note else "before this program"
         )
+        kept = StopReason.TIME_LIMIT, f"limits.time_s {limits.time_s:g} s spent {before}: kept as written"
     elif _body and closed.effects and not _split:  # split_callbacks could not take them apart
         kept = StopReason.EFFECTS, "its effects are not taken apart (rewrite/effects.py): kept as written"
     elif (bad := _negative_shape(closed.jaxpr)) is not None:  # jax.random.normal(k, (-1,)) traces
@@ -516,7 +516,10 @@ def rewrite_jaxpr(
     if unsafe:  # a class changed by an inexact rule joined a saturating op's cone after the change
         note = f"{len(unsafe)} values changed by inexact rules reach a saturating op: exact rules only"
         log.debug("non-finite guard: %s", note)
-        return again(**{**same, "numerics": "strict"}, slow=slow, _exact_note=note)
+        rerun = again(**{**same, "numerics": "strict"}, slow=slow, _exact_note=note)
+        for phase, took in report.phase_s.items():  # the time of both runs (a time limit reads so)
+            rerun.report.phase_s[phase] = rerun.report.phase_s.get(phase, 0.0) + took
+        return rerun
     report.egraph_nodes, report.egraph_classes = view.n_nodes, view.n_classes
     costs = _stage("extract", node_costs, view, model)
     ex = _stage("extract", extract_fn, view, costs)

@@ -106,3 +106,23 @@ def test_a_sum_of_zero_products_stays_small(fn):
     rep = opt.report(a, b)
     assert rep.stop_reason is not StopReason.NODE_LIMIT and rep.egraph_nodes < 1000, rep
     np.testing.assert_allclose(opt(a, b), jax.jit(fn)(a, b), rtol=1e-6, atol=1e-6)
+
+
+def test_a_rerun_with_no_time_left_says_where_the_time_went(monkeypatch):
+    # a new user's SGD step: the first run took the 10 s, its inexact rewrites reached a saturating
+    # op, and the rerun with exact rules only had none left; the report read "spent before this
+    # program" with an empty phases row
+    from jaxrw.rewrite import run
+
+    calls = []
+
+    def first_unsafe(view, in_cone):
+        calls.append(1)
+        return {"c0"} if len(calls) == 1 else set()
+
+    monkeypatch.setattr(run, "unsafe_classes", first_unsafe)
+    x, a, b = jnp.ones((4, 64)), jnp.ones((64, 64)), jnp.ones((64, 2))
+    rep = jaxrw.optimize(lambda x, a, b: (x @ a) @ b, limits=Limits(time_s=1e-6)).report(x, a, b)
+    assert rep.stop_reason is StopReason.TIME_LIMIT and not rep.rewritten
+    assert "before its rerun with exact rules only" in rep.guard_note
+    assert rep.phase_s.get("rewrite", 0) > 0 and rep.phase_s.get("encode", 0) > 0
