@@ -24,6 +24,15 @@ from ..errors import UnsupportedProgramError
 from . import nonfinite
 from .effects import loops_only
 from .egg_source import EggSource, Str, Sym, Vec, ivec, ref_of
+from .primitives import (
+    BINARY,
+    BODY_ELEMENTWISE,
+    COVERED,
+    CUSTOM_CALLS,
+    ELEMENTWISE_CALL,
+    ELEMENTWISE_TYPED,
+    UNARY,
+)
 from .terms import (
     DEFAULT_CFG,
     Out,
@@ -50,98 +59,6 @@ __all__ = [
     "ELEMENTWISE_TYPED",
     "ELEMENTWISE_CALL",
 ]
-
-# Elementwise primitives with a typed or named constructor (decoded through jax.lax).
-ELEMENTWISE_TYPED = {
-    "add": Tensor.add,
-    "add_any": Tensor.add,
-    "sub": Tensor.sub,
-    "mul": Tensor.mul,
-    "div": Tensor.div,
-}
-UNARY = frozenset(
-    {
-        "exp",
-        "exp2",
-        "log",
-        "log1p",
-        "expm1",
-        "tanh",
-        "logistic",
-        "sin",
-        "cos",
-        "tan",
-        "sqrt",
-        "rsqrt",
-        "cbrt",
-        "abs",
-        "sign",
-        "floor",
-        "ceil",
-        "erf",
-        "erf_inv",
-        "is_finite",
-        "not",
-        "asin",
-        "acos",
-        "atan",
-        "sinh",
-        "cosh",
-        "asinh",
-        "acosh",
-        "atanh",
-        "square",
-    }
-)
-BINARY = frozenset(
-    {"max", "min", "pow", "atan2", "rem", "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge", "nextafter"}
-)
-# The `Tensor.op` name of a custom_jvp/custom_vjp call whose body is elementwise (jax.nn.relu):
-# bound as traced, its differentiation rule kept, and priced as the fused elementwise op XLA makes
-# of it (the call is inlined when lowered), not as a kernel of its own.
-ELEMENTWISE_CALL = "elementwise_call"
-_CUSTOM_CALLS = frozenset({"custom_jvp_call", "custom_vjp_call"})
-# Primitives an elementwise call's body may hold (operands of its shape or scalars).
-_BODY_ELEMENTWISE = (
-    UNARY | BINARY | frozenset(ELEMENTWISE_TYPED) | {"neg", "integer_pow", "select_n", "convert_element_type"}
-)
-# Covered primitives kept with their parameters (bound exactly as traced).
-COVERED = frozenset(
-    {
-        "reshape",
-        "broadcast_in_dim",
-        "squeeze",
-        "expand_dims",
-        "pad",
-        "reduce_max",
-        "reduce_min",
-        "reduce_prod",
-        "convert_element_type",
-        "select_n",
-        "iota",
-        "integer_pow",
-        "slice",
-        "concatenate",
-        "transpose",
-        "reduce_sum",
-        "dot_general",
-        "copy",
-        "copy_p",
-        "stop_gradient",
-        "clamp",
-        "argmax",
-        "argmin",
-        "cumsum",
-        "dynamic_slice",
-        "dynamic_update_slice",
-        "rev",
-        "reduce_precision",
-        "square",
-        "neg",
-    }
-    | UNARY
-    | BINARY
-)
 
 
 @dataclass(frozen=True)
@@ -363,7 +280,7 @@ class _Encoder:
             typed = self.structural(eqn, ins)
             if typed is not None:
                 return [typed]
-            if name in _CUSTOM_CALLS and _elementwise_call(eqn):
+            if name in CUSTOM_CALLS and _elementwise_call(eqn):
                 self.saturating_operands(ins)
                 return [self.t(Tensor.op, Str(ELEMENTWISE_CALL), self.param(eqn.primitive, p), Vec(ins))]
             if name in COVERED or name in nonfinite.VALUE_IDENTITIES:
@@ -597,7 +514,7 @@ def _elementwise_body(jaxpr: Any, shape: tuple[int, ...]) -> bool:
         if e.primitive.name in compat.ENCODER_INLINED:
             if not _elementwise_body(compat.call_body(e).jaxpr, shape):
                 return False
-        elif e.primitive.name not in _BODY_ELEMENTWISE or e.effects:
+        elif e.primitive.name not in BODY_ELEMENTWISE or e.effects:
             return False
         if any(getattr(v.aval, "shape", None) not in (shape, ()) for v in [*e.invars, *e.outvars]):
             return False
