@@ -14,7 +14,7 @@ from . import compat
 from .options import signature_of
 from .prologue import picker
 from .schedule.xla_modes import tuned_jit
-from .signature import as_bound, leaf_key, leaf_owners, trace_config
+from .signature import as_bound, leaf_key, leaf_owners, split_config
 
 __all__ = ["Layout", "fast_signature", "hoisted_as_passed", "with_hoisted"]
 
@@ -65,8 +65,7 @@ class Layout:
             )
         if as_bound(statics) == as_bound(bound_statics):
             return "another pytree structure"
-        n = len(trace_config())
-        if statics[:-n] == bound_statics[:-n]:
+        if split_config(statics)[0] == split_config(bound_statics)[0]:
             return "under another jax_enable_x64 or mesh than it was bound under"
         return "other static values"
 

@@ -197,13 +197,19 @@ def trace_config() -> tuple:
     )
 
 
+def split_config(statics: tuple) -> tuple[tuple, tuple]:
+    """A key's statics as (the static arguments', trace_config's items): split_statics puts the
+    latter last."""
+    at = len(statics) - len(trace_config())
+    return statics[:at], statics[at:]
+
+
 def as_bound(statics: tuple) -> tuple:
     """A key's statics as a bound function compares them (at its trace): without trace_config's
     matmul precision and promotion rules, under which its values keep their types and shapes (a
     compiled executable runs under any), with x64 and the mesh (types and placement change)."""
-    n = len(trace_config())  # split_statics puts them last
-    lenient = ("precision", "promotion")
-    return statics[: len(statics) - n] + tuple(c for c in statics[len(statics) - n :] if c[0] not in lenient)
+    arguments, config = split_config(statics)
+    return arguments + tuple(c for c in config if c[0] not in ("precision", "promotion"))
 
 
 def static_key(v: Any, what: str) -> Any:
