@@ -9,12 +9,12 @@ x·x, and max/min over a concatenation, which round nowhere.
 
 from __future__ import annotations
 
-from egglog import Vec, eq, i64, ne, rewrite, rule, union
+from egglog import Vec, eq, i64, rewrite, rule, union
 
 from ..terms import Tensor, dtype, float_dtype, nonneg, positive, shape
 from ..terms import fill as fill_
 from . import Rule, register_rule
-from ._util import FLOAT, RING, V, positive_rand, rand, rank, same_dtype, sizes
+from ._util import FLOAT, RING, V, not_own_term, positive_rand, rand, rank, same_dtype, sizes
 
 A, B, C, X, Z = V.A, V.B, V.C, V.X, V.Z
 x = V.x
@@ -246,15 +246,15 @@ _reg("square", "a**2 <-> a·a", True, _square, "integer power 2", _square_exampl
 
 def _factor():
     # a·b ± a·c -> a·(b ± c)   [b, c one shape; not where the sum is a, a·b or a·c itself: a
-    # zero, see dot._not_own_term]
+    # zero, see _util.not_own_term]
     out = []
     for combine in (add, sub):
-        conds = (ne(x).to(A), eq(shape(B)).to(shape(C)), *same_dtype(A, B, C))
+        conds = (eq(shape(B)).to(shape(C)), *same_dtype(A, B, C))
         for ab, ac, factored in (
             (mul(A, B), mul(A, C), mul(A, combine(B, C))),
             (mul(B, A), mul(C, A), mul(combine(B, C), A)),
         ):
-            own = (ne(x).to(ab), ne(x).to(ac))  # a·0 + a·0 in the class of a·0
+            own = not_own_term(A, ab, ac)
             out.append(rule(eq(x).to(combine(ab, ac)), *conds, *own).then(union(x).with_(factored)))
     return out
 
