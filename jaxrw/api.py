@@ -357,10 +357,16 @@ class Optimized(Stages, FallBacks):
         fallback, `report.fallback` says why jax.jit runs it. Arguments may be
         jax.ShapeDtypeStructs, as for `lower`: nothing is allocated or run."""
         entry = self._entry_for_shapes(args, kwargs) if signature.abstract(args, kwargs) else None
-        entry = entry or self._entry_for(args, kwargs)[0]
+        leaves = None
+        if entry is None:
+            entry, _, leaves = self._entry_for(args, kwargs)
         if self._fast_state == "broken":  # built since: its calls run jax.jit as well
             entry.fall_back("an earlier call's rewritten program failed: jax.jit runs every call")
         report = entry.report
+        if leaves is not None and isinstance(entry.call, HoistedCall) and not entry.handed_off:
+            with self._lock:  # the kept values of every signature are read
+                not_kept = entry.call.refused_for(leaves)
+            report = dataclasses.replace(report, not_kept=not_kept) if not_kept else report
         if self._is_disabled():
             return dataclasses.replace(
                 report, schedule="jax.jit: JAXRW_DISABLE is set (this is what jaxrw would run)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import operator
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -193,11 +193,26 @@ class HoistedCall:
         spares, or another signature's slot): no prologue run, no new bytes."""
         return self.spare_values(ids) is not None or self.cache.held_elsewhere(ids) is not None
 
-    def fits(self, slot: int) -> bool:
+    def fits(self, slot: int, quiet: bool = False) -> bool:
         """Whether a set's values fit the instance's bound (`KeptValues`) in slot `slot` (0 the
-        first, k the k-th spare, len(spares)+1 a new one), in place of what that slot holds."""
+        first, k the k-th spare, len(spares)+1 a new one), in place of what that slot holds.
+        `quiet`: a question only (report), not a call's decision: nothing is said."""
         slots = self.slots
-        return self.cache.kept.room(slots[slot] if slot < len(slots) else None, self.nbytes)
+        return self.cache.kept.room(slots[slot] if slot < len(slots) else None, self.nbytes, quiet)
+
+    def refused_for(self, leaves: Sequence[Any]) -> str:
+        """Why a call with the argument leaves `leaves` would run jax.jit's program for want of
+        room under max_hoist_bytes (their values held nowhere and not fitting beside those kept
+        for other calls), else "" (report(): what the next call does, asked without running it)."""
+        slow = list(self.pick_slow(leaves))
+        if not slow or compat.traced(slow) or self._held(tuple(map(id, slow))) or self.fits(0, quiet=True):
+            return ""
+        kept = self.cache.kept
+        held = kept.held(leaving=self.cache)
+        return (
+            f"not kept for these arguments: their {self.nbytes} bytes and the {held} bytes kept for "
+            f"other calls would pass max_hoist_bytes {kept.max_bytes}; their calls run jax.jit's program"
+        )
 
     def _came_back(self, ids: tuple[int, ...]) -> DirectRun | None:
         """The record (`last_direct`) of the arrays `ids` if jax.jit's program ran for them lately
@@ -371,14 +386,14 @@ class KeptValues:
         kept = [s for s in list(self.slots) if s is not leaving and s.values is not None]
         return sum({id(s.values): s.nbytes for s in kept}.values())  # shared values count once
 
-    def room(self, slot: PrologueValues | None, nbytes: int) -> bool:
+    def room(self, slot: PrologueValues | None, nbytes: int, quiet: bool = False) -> bool:
         """Whether `nbytes` more fit, in place of what `slot` holds (None: a new slot); says once
-        when they do not."""
+        when they do not, unless `quiet`."""
         if self.max_bytes is None:
             return True
         held = self.held(leaving=slot)
         fits = held + nbytes <= self.max_bytes
-        if not fits and not self.told:
+        if not fits and not self.told and not quiet:
             self.told = True
             warn_user(
                 f"jaxrw: {self.name}: not hoisted for these arguments: their {nbytes} bytes of kept "

@@ -9,6 +9,7 @@ import contextlib
 import gc
 import warnings
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -208,3 +209,32 @@ def test_a_training_loop_whose_first_set_was_refused_is_handed_off():
         _check(opt, b, x)
     assert _by_shape(opt, b).direct_runs >= 16
     assert any(e.handed_off and e.call is _by_shape(opt, b) for e in opt._cache.values())
+
+
+def test_report_of_a_refused_set_says_its_calls_run_jax_jit():
+    # report() read "hoisted ... kept between calls" for arguments whose values the bound
+    # refused, while their calls ran jax.jit's program (a helper's static-argument case below)
+    opt, a, b, x = _second_refused(530, calls=2)
+    with _unsaid():  # a question, not a call: nothing more is said
+        refused, kept = opt.report(b, x), opt.report(a, x)
+    rows, kept_rows = dict(refused.rows()), dict(kept.rows())
+    assert "not kept for these arguments" in rows["hoisted"] and "max_hoist_bytes" in rows["hoisted"]
+    assert rows["predicted"].endswith("(not run for these arguments)")
+    assert refused.to_dict()["not_kept"] == refused.not_kept
+    assert kept.not_kept == "" and "kept between calls" in kept_rows["hoisted"]
+    assert _by_shape(opt, b).values is None  # report ran no prologue and kept nothing
+
+
+def test_report_of_a_second_static_value_past_the_bound_says_so():
+    def g(p, x, k):  # the static value is in the hoisted work: a prologue program per value
+        return jnp.tanh(x @ ((k * p["A"]) @ p["B"]))
+
+    opt = jaxrw.optimize(g, hoist_argnums=0, static_argnums=2, max_hoist_bytes=ONE_SET)
+    p, x = _params(540), _x(541)
+    for _ in range(2):
+        np.testing.assert_allclose(opt(p, x, 1.0), f(p, x), rtol=1e-4, atol=1e-5)
+    with pytest.warns(UserWarning, match="max_hoist_bytes"):
+        for _ in range(2):
+            np.testing.assert_allclose(opt(p, x, 2.0), g(p, x, 2.0), rtol=1e-4, atol=1e-5)
+    assert opt.report(p, x, 1.0).not_kept == ""
+    assert "not kept for these arguments" in opt.report(p, x, 2.0).not_kept

@@ -101,6 +101,8 @@ class RewriteReport:
     fallback: str = ""  # why jax.jit runs this signature instead ("" when jaxrw's program runs)
     handed_off: int = 0  # hoisted, but its hoisted arguments were new on this many calls in a row:
     # jax.jit's program runs (hoist.run_direct)
+    not_kept: str = ""  # set by report() alone: why the arguments asked about run jax.jit's program
+    # (their hoisted values would pass max_hoist_bytes: HoistedCall.refused_for)
 
     @property
     def predicted_speedup(self) -> float:
@@ -130,7 +132,9 @@ class RewriteReport:
         bodies = any(b.rewritten for b in self.bodies)
         predicted = predicted_text(self.cost_before, self.cost_after, self.cost_model, self.rewritten, bodies)
         predicted += " (not run since the hand-off)" if self.handed_off and self.rewritten else ""
+        predicted += " (not run for these arguments)" if self.not_kept and self.rewritten else ""
         fired = ", ".join(f"{k}×{v}" for k, v in sorted(self.rules_fired.items())) or "none"
+        hoisted = self.not_kept or hoisted_text(self.hoisted_bytes, self.hoisted_sets, self.hoisted_in_loop)
         phases = " ".join(f"{k} {v * 1e3:.0f}ms" for k, v in self.phase_s.items())
         return (
             [
@@ -145,11 +149,7 @@ class RewriteReport:
                 ("phases", phases),
             ]
             + ([("autotune", _autotune_row(self.autotune))] if self.autotune else [])
-            + (
-                [("hoisted", hoisted_text(self.hoisted_bytes, self.hoisted_sets, self.hoisted_in_loop))]
-                if self.hoisted_bytes and not self.handed_off
-                else []
-            )
+            + ([("hoisted", hoisted)] if self.hoisted_bytes and not self.handed_off else [])
             + ([("hoisting", self.hoist_note)] if self.hoist_note else [])
             + ([("non-finite", self.nonfinite_note)] if self.nonfinite_note else [])
             + ([("schedule", self.schedule)] if self.schedule else [])
@@ -196,6 +196,7 @@ class RewriteReport:
             "schedule": self.schedule,
             "fallback": self.fallback,
             "handed_off": self.handed_off,
+            "not_kept": self.not_kept,
             "bodies": [b.to_dict() for b in self.bodies],
         }
 
