@@ -468,8 +468,6 @@ class Optimized(Stages, FallBacks):
             if result.fn is not None:
                 check_decoded(result.fn, specs, closed)
                 signature.name_programs(result, self.fn)
-            if not self._keep:
-                result.release()
         except Exception as e:  # noqa: BLE001 - never break the user's program
             why = self._fall_back(e if isinstance(e, JaxrwError) else RewriteStageError("optimize", e), e)
             kept = (closed, None, None) if self._keep else None

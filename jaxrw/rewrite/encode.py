@@ -24,6 +24,7 @@ from ..errors import UnsupportedProgramError
 from . import nonfinite
 from .effects import loops_only
 from .egg_source import EggSource, Str, Sym, Vec, ivec, ref_of
+from .lease import program_egraph
 from .primitives import (
     BINARY,
     BODY_ELEMENTWISE,
@@ -42,7 +43,6 @@ from .terms import (
     fill,
     float_dtype,
     level,
-    new_egraph,
     order,
     plain_cfg,
     shape,
@@ -82,7 +82,7 @@ class DotSite:
 class Program:
     """One encoded jaxpr: the e-graph plus the side tables its terms index into."""
 
-    egraph: EGraph | None  # None once the rewrite is decoded (RewriteResult.release)
+    egraph: EGraph | None  # None once the rewrite is done (RewriteResult.release: it was lent)
     in_avals: list[Any]
     out_avals: list[Any]
     outputs: list[str]  # the output terms, as egglog text
@@ -110,10 +110,9 @@ class Program:
 
 
 class _Encoder:
-    def __init__(self, closed: Any):
+    def __init__(self, closed: Any, egraph: EGraph | None = None):
         self.closed = closed
-        self.egraph = new_egraph()
-        self.egraph.register(*nonfinite.facts(UNARY, BINARY))
+        self.egraph = program_egraph() if egraph is None else egraph
         self.src = EggSource(self.egraph)  # the terms and facts, as egglog commands (egg_source.py)
         self.consts: list[Any] = []
         self.const_keys: dict[Any, int] = {}
@@ -445,8 +444,14 @@ def _freeze(x: Any) -> Any:
     return x
 
 
-def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = frozenset()) -> Program:
-    """Load a ClosedJaxpr into a fresh e-graph; raise UnsupportedProgramError for effects other
+def encode(
+    closed: Any,
+    body_hook: Any = None,
+    cone_outputs: frozenset[int] = frozenset(),
+    egraph: EGraph | None = None,
+) -> Program:
+    """Load a ClosedJaxpr into `egraph` (one lent by lease.py, holding only a template's contents),
+    else a fresh e-graph; raise UnsupportedProgramError for effects other
     than debug calls in the bodies of loops and conds that are outputs (effects.loops_only).
     `body_hook(eqn, out_cone)` may supply a replacement for an opaque equation (see control.py);
     `out_cone` says which of its outputs reach a saturating op (nonfinite.py), as `cone_outputs`
@@ -460,7 +465,7 @@ def encode(closed: Any, body_hook: Any = None, cone_outputs: frozenset[int] = fr
                 "that calls shard_map instead"
             )
         raise UnsupportedProgramError(f"programs with side effects are not rewritten (effects: {names})")
-    enc = _Encoder(closed)
+    enc = _Encoder(closed, egraph)
     enc.body_hook = body_hook
     enc.cone_outputs = cone_outputs
     args = []

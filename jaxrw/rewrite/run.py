@@ -21,6 +21,7 @@ from egglog import back_off
 from egglog import run as run_schedule
 
 from ..errors import Interrupt, JaxrwError, RewriteStageError
+from . import lease
 from .cost import CostModel, get_cost_model
 from .decode import decode
 from .effects import bound_once, split_callbacks
@@ -67,8 +68,8 @@ class RewriteResult:
 
     def release(self) -> None:
         """Drop the e-graphs of this finished rewrite and its bodies': the decoded program reads
-        only the side tables. An e-graph kept per signature was ~10 MB (a new user's batch sizes
-        1..200: 2.5 GB against jax.jit's 0.5 GB); explanations keep theirs (optimize's `_keep`)."""
+        only the side tables, and the e-graph was lent (lease.py). One kept per signature was
+        ~10 MB (a new user's batch sizes 1..200: 2.5 GB against jax.jit's 0.5 GB)."""
         if self.program is not None:
             self.program.egraph = None
         for _, body in self.bodies:
@@ -201,10 +202,16 @@ _ONE_AT_A_TIME = threading.RLock()
 
 
 def _one_at_a_time(fn: Callable) -> Callable:
+    """`fn` (a rewrite of one program) runs under the process's lock, on an e-graph lent to it
+    (lease.py): its result holds none (`release`), as the template's e-graph no longer has it."""
+
     @functools.wraps(fn)
     def serialized(*args: Any, **kwargs: Any) -> Any:
         with _ONE_AT_A_TIME:
-            return fn(*args, **kwargs)
+            with lease.lent():
+                result = fn(*args, **kwargs)
+            result.release()
+            return result
 
     return serialized
 
@@ -312,7 +319,7 @@ def rewrite_jaxpr(
             return rewrite_jaxpr(body, **same, slow=body_slow, cone_outputs=body_cone, _body=True)
 
         hook = make_body_hook(rewrite_body, bodies)
-    program = _stage("encode", encode, closed, hook, cone_outputs)
+    program = _stage("encode", encode, closed, hook, cone_outputs, lease.current())
     report.bodies = [res.report for _, res in bodies]
     report.n_equations, report.n_outputs = program.n_equations, len(program.outputs)
     report.phase_s["encode"] = time.perf_counter() - t
