@@ -293,3 +293,38 @@ def test_stacked_groups_match_a_float64_reference(n, share_a, share_b, rows, sta
     want = jax.tree_util.tree_leaves(f(*as64))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_group_larger_than_a_stack_is_batched_in_parts(monkeypatch):
+    # 2,000 products stacked whole wrote 2,000 concatenation links per side and passed the node
+    # limit before any rule ran; a group is stacked in parts of batch.MAX_STACK (here 4)
+    from jaxrw.rewrite.rules import batch
+
+    monkeypatch.setattr(batch, "MAX_STACK", 4)
+    f, xs = _experts(4, 10)
+    opt = optimized(f, xs, cost_model=GemmLaunches())
+    assert opt.report.rules_fired.get("batch.stack_dots") == 10, opt.report  # 4 + 4 + 2, no whole
+    assert opt.dots == 3, opt.report
+    _same_results(opt, f, xs)
+
+
+def test_the_seed_joins_through_facts_the_analysis_applies():
+    # the seed's unions go in as `joined` facts, applied and deleted by the analysis that runs next
+    # (each union as a command of its own cost a pass over the e-graph); the batching they make
+    # is what the tests above check
+    from jaxrw.rewrite.encode import encode
+    from jaxrw.rewrite.rules import RULES
+    from jaxrw.rewrite.terms import analysis
+
+    from .harness import flat_jaxpr
+
+    def facts(program):
+        return sum(n for fn, n in program.egraph.all_function_sizes() if "joined" in str(fn))
+
+    f, xs = _experts(4, 6)
+    program = encode(flat_jaxpr(f, xs)[0])
+    program.egraph.run(analysis.saturate())
+    assert RULES["batch.stack_dots"].seed(program) == 6
+    assert facts(program) == 6  # one per dot, not applied yet
+    program.egraph.run(analysis.saturate())
+    assert facts(program) == 0
