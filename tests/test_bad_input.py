@@ -317,6 +317,8 @@ def test_value_rewritten_before_it_reaches_a_saturating_function_is_redone_exact
             np.testing.assert_array_equal(np.isfinite(np.asarray(got)), np.isfinite(np.asarray(want)))
     report = opt.report(*args)
     assert "exact rules only" in report.nonfinite_note
+    # the first run's end is said too (where it hit a limit, the rerun's stop alone hid it)
+    assert "(the first run: " in report.nonfinite_note and "stop: saturated)" in report.nonfinite_note
     assert not any(name.startswith("dot.assoc") for name in report.rules_fired)
 
 

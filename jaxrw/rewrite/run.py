@@ -93,6 +93,7 @@ def saturate(
     """Run `rules` (with the shape analysis) until saturation or a limit; fill the report.
     `guarded`: inexact rules leave values that reach a saturating op alone (nonfinite.py)."""
     eg = program.egraph
+    t0 = time.perf_counter()  # the seeds and their analysis count against limits.time_s too
     for r in rules:  # group identities, written once (rules/__init__.py: Rule.seed)
         joined = r.seed(program) if r.seed is not None else 0
         if joined:
@@ -116,7 +117,6 @@ def saturate(
         rewrites = [rw for rw, ok in zip(rewrites, fires, strict=True) if ok]
     main = [rw for rw in rewrites if not is_late[rw.decl]]
     late = [rw for rw in rewrites if is_late[rw.decl]]
-    t0 = time.perf_counter()
     if main:
         _run_main(eg, ruleset(*main, name=f"jaxrw_rules_{id(program)}"), decl_names, limits, report, t0)
     else:
@@ -146,6 +146,14 @@ def _run_main(
     """Iterate the main ruleset until saturation or the first limit; record why it stopped."""
     report.stop_reason = StopReason.ITERATION_LIMIT
     last, growth = _size(eg), 1.0
+    # already past a limit before any rule ran (2,000 independent products: the encoding and
+    # batch.stack_dots's seed made 70k rows, and a first iteration took 10 s more under time_s=1)
+    if last > limits.nodes:
+        report.stop_reason = StopReason.NODE_LIMIT
+        return
+    if time.perf_counter() - t0 > limits.time_s:
+        report.stop_reason = StopReason.TIME_LIMIT
+        return
     for i in range(limits.iterations):
         before_iteration = time.perf_counter() - t0
         rep = eg.run(run_schedule(rs) + analysis.saturate())
@@ -345,7 +353,10 @@ def rewrite_jaxpr(
     in_cone = [view.outputs[i] for i in cone_outputs]
     unsafe = _stage("extract", unsafe_classes, view, in_cone) if numerics == "default" else set()
     if unsafe:  # a class changed by an inexact rule joined a saturating op's cone after the change
-        note = f"{len(unsafe)} values changed by inexact rules reach a saturating op: exact rules only"
+        note = (
+            f"{len(unsafe)} values changed by inexact rules reach a saturating op: exact rules only "
+            f"(the first run: {report.iterations} iterations, stop: {report.stop_reason.value})"
+        )
         log.debug("non-finite guard: %s", note)
         rerun = again(**{**same, "numerics": "strict"}, slow=slow, _exact_note=note)
         for phase, took in report.phase_s.items():  # the time of both runs (a time limit reads so)

@@ -126,3 +126,18 @@ def test_a_rerun_with_no_time_left_says_where_the_time_went(monkeypatch):
     assert rep.stop_reason is StopReason.TIME_LIMIT and not rep.rewritten
     assert "before its rerun with exact rules only" in rep.guard_note
     assert rep.phase_s.get("rewrite", 0) > 0 and rep.phase_s.get("encode", 0) > 0
+
+
+def test_a_program_past_the_node_limit_before_any_rule_runs_none_does():
+    # 2,000 independent products: the encoding and the stacking seed were past limits.nodes, and a
+    # first iteration still ran (10 s more under time_s=1), as limits were checked after it
+    from jaxrw.rewrite.profiles import default_profile
+    from jaxrw.rewrite.run import Limits, StopReason, rewrite_jaxpr
+
+    rng = np.random.default_rng(0)
+    ms = [jnp.asarray(rng.standard_normal((8, 8)).astype(np.float32)) for _ in range(12)]
+    closed = jax.make_jaxpr(lambda *m: [a @ b for a, b in zip(m[::2], m[1::2], strict=True)])(*ms)
+    result = rewrite_jaxpr(closed, profile=default_profile("cpu"), limits=Limits(nodes=50))
+    assert result.report.stop_reason is StopReason.NODE_LIMIT and result.report.iterations == 0
+    result = rewrite_jaxpr(closed, profile=default_profile("cpu"), limits=Limits(time_s=1e-9))
+    assert result.report.stop_reason is StopReason.TIME_LIMIT and result.report.iterations == 0
