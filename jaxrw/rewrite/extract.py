@@ -39,7 +39,12 @@ ILP_MAX_NODES = 20_000
 ILP_TIME_LIMIT_S = 5.0
 ILP_GAP = 1e-4  # relative optimality gap at which HiGHS stops
 ILP_SCALE = 1e6  # greedy's program's cost in the ILP's units, far above HiGHS's absolute tolerances
-SHARE_BUDGET_S = 1.0  # time for `share` to improve a greedy choice
+# work `share` may spend improving a greedy choice, in steps of its own (a class tried, a reader
+# visited, a count updated, a kept switch's re-pricing): a count, not seconds, so that one program
+# extracts the same on a busy machine as on an idle one (a time budget of 1 s kept an unrolled
+# RNN as written under load and rewrote it idle). 250k steps: ~2 s on this project's 2-core host,
+# about twice what that RNN needs (133k)
+SHARE_BUDGET_STEPS = 250_000
 
 
 @dataclass
@@ -271,24 +276,25 @@ def _sharing_switch(
 
 
 def share(
-    view: EGraphView, costs: dict[str, float], choice: dict[str, str], budget_s: float = SHARE_BUDGET_S
+    view: EGraphView, costs: dict[str, float], choice: dict[str, str], budget: int = SHARE_BUDGET_STEPS
 ) -> dict[str, str]:
     """Improve a choice by sharing: for a class X, switch every chosen class that has a node
     reading X to that node, so X is computed once for all of them; keep the switch when the whole
     program gets cheaper. Per-class greedy cannot see this (each of A@B, A@C alone is cheaper than
     a slice of A@[B|C]; together they may not be). First improvement, passes until none is left
-    or the time budget is spent. Trials are priced incrementally (`_Usage`); a kept switch is
-    checked for cycles and re-priced from scratch."""
+    or `budget` steps are spent (SHARE_BUDGET_STEPS). Trials are priced incrementally
+    (`_Usage`); a kept switch is checked for cycles and re-priced from scratch."""
     readers = _worklist(view)[0]
     use = _Usage(view, choice, costs)
-    t0 = time.perf_counter()
+    steps = 0
     improved = True
     while improved:
         improved = False
         for x in sorted(readers):
-            if time.perf_counter() - t0 > budget_s:
+            if steps >= budget:
                 return use.choice
             inner, switch = _sharing_switch(view, readers, use, costs, x)
+            steps += 1 + len(readers[x]) + len(inner) + len(switch)
             # one reader alone switching to a class not yet computed is what greedy already
             # weighed for that reader; only sharing (two or more readers, or a class the
             # program computes anyway) can pay
@@ -301,8 +307,10 @@ def share(
             except KeyError:  # a class greedy left without a choice
                 use.undo(before)
                 continue
+            steps += len(use.log)
             if use.cost < before * (1 - 1e-9) and find_cycle(view, use.choice, view.outputs) is None:
                 use = _Usage(view, use.choice, costs)  # exact again (a dropped cycle may linger in counts)
+                steps += 2 * view.n_classes
                 improved = True
             else:
                 use.undo(before)
@@ -339,18 +347,18 @@ def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float | None = 
     (1e-7..1e-5 a node) they sat at HiGHS's absolute tolerances, and it stopped short of the
     optimum. Rows are built in sorted order, so ties break alike in every process."""
     time_limit_s = ILP_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    t0 = time.perf_counter()  # the limit covers building the program too (50 chains: 3 s of it)
     start = _greedy(view, costs)
     try:
         import highspy
     except ImportError:
-        start.note = "highspy not installed: greedy used (pip install 'jaxrw[exact]')"
+        start.note = f"highspy not installed: {start.extractor} used (pip install 'jaxrw[exact]')"
         return start
     live = _live_classes(view)
     nids = [nid for c in live for nid in view.classes[c]]
     if len(nids) > ILP_MAX_NODES:
-        start.note = f"{len(nids)} nodes > ILP limit {ILP_MAX_NODES}: greedy used"
+        start.note = f"{len(nids)} nodes > ILP limit {ILP_MAX_NODES}: {start.extractor} used"
         return start
-    t0 = time.perf_counter()
     # highspy's Highs() (1.16) enables its callbacks in __init__, which prints HiGHS's banner to
     # stdout before output_flag can be set (ERGO-Code/HiGHS#2749); the core class it wraps does
     # not, and has every method used here
@@ -377,14 +385,18 @@ def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float | None = 
     while True:
         left = time_limit_s - (time.perf_counter() - t0)
         if left <= 0:
-            start.note = f"ILP out of time after {rounds} rounds: greedy used"
+            start.note = f"ILP out of time after {rounds} rounds: {start.extractor} used"
             return start
         h.setOptionValue("time_limit", left)
         h.run()
         rounds += 1
         status = h.getModelStatus()
         if h.getInfo().primal_solution_status != 2:  # no feasible solution found
-            start.note = f"ILP found no solution ({h.modelStatusToString(status)}): greedy used"
+            # HiGHS checks its time limit between steps of its own: 50 chains of four products
+            # took it 6 s against 4.3 s left (25 s on a loaded host): the time is said as it was
+            took = time.perf_counter() - t0
+            why = f"{h.modelStatusToString(status)} after {took:.1f} s of {time_limit_s:g} s"
+            start.note = f"ILP found no solution ({why}): {start.extractor} used"
             return start
         x = h.getSolution().col_value
         choice = {}
@@ -400,7 +412,7 @@ def ilp(view: EGraphView, costs: dict[str, float], time_limit_s: float | None = 
         h.addRow(-inf, len(idx) - 1.0, len(idx), idx, [1.0] * len(idx))
     cost = dag_cost(view, choice, costs)
     if cost > start.cost:
-        start.note = "ILP stopped above the greedy cost: greedy used"
+        start.note = f"ILP stopped above the {start.extractor} cost: {start.extractor} used"
         return start
     optimal = status == highspy.HighsModelStatus.kOptimal
     what = "optimal" if optimal else "time limit"

@@ -431,3 +431,24 @@ def test_extraction_breaks_ties_alike_in_every_process():
         assert out.returncode == 0, out.stderr[-2000:]
         seen.add(out.stdout)
     assert len(seen) == 1, seen
+
+
+def test_share_spends_steps_not_seconds(monkeypatch):
+    # its budget was 1 s of wall clock: an unrolled RNN extracted as written on a loaded host and
+    # rewritten on an idle one. Now a count of steps: a clock that races changes nothing, and a
+    # budget of no steps leaves greedy's choice as it is
+    import time as time_module
+
+    from jaxrw.rewrite import extract
+
+    spec = {"S": [("s", 10.0, ())]}
+    for i in range(3):
+        spec[f"R{i}"] = [(f"use{i}", 1.0, ("S",)), (f"leaf{i}", 6.0, ())]
+    view, costs = _view(spec, ["R0", "R1", "R2"])
+    g = greedy_dag(view, costs)
+    calm = share(view, costs, g)
+    clock = iter(range(0, 10**9, 1000))
+    monkeypatch.setattr(time_module, "perf_counter", lambda: float(next(clock)))
+    assert share(view, costs, g) == calm and dag_cost(view, calm, costs) == pytest.approx(13.0)
+    assert share(view, costs, g, budget=0) == g
+    assert extract.SHARE_BUDGET_STEPS >= 100_000
