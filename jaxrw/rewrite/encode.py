@@ -316,8 +316,19 @@ class _Encoder:
         if name == "dot_general" and extra_none:
             (lc, rc), (lb, rb) = p["dimension_numbers"]
             nb = len(lb)
+            # a precision per operand that differs, (HIGHEST, DEFAULT): rules that swap a dot's
+            # operands (transpose_out, assoc_2d, kron_dot) keep `cfg` as written and would hand
+            # HIGHEST to the other operand (0.117 apart on a TPU for a 512x256 @ 256x64
+            # product); such a dot stays as written
+            # Nor are boolean dots rewritten: their sums are ORs (`ones(bool) @ B` became
+            # sum(B), which reduce_sum refuses for bool: a fallback on a valid program)
+            prec = p.get("precision")
+            one_precision = not (isinstance(prec, tuple | list) and len(set(prec)) > 1)
+            boolean = eqn.invars[0].aval.dtype == np.bool_ or eqn.invars[1].aval.dtype == np.bool_
             if (
-                len(lc) == 1
+                one_precision
+                and not boolean
+                and len(lc) == 1
                 and len(rc) == 1
                 and tuple(lb) == tuple(range(nb))
                 and tuple(rb) == tuple(range(nb))

@@ -201,3 +201,54 @@ def test_a_sign_of_zero_change_stays_away_from_a_divisor(outer):
         return outer(1.0 / ((-a) @ b))
 
     np.testing.assert_array_equal(jaxrw.optimize(fn)(*args), jax.jit(fn)(*args))
+
+
+class _NoTransposes:
+    """The roofline model, with a transpose priced high: `dot.transpose_out`'s form is taken."""
+
+    name = "no-transposes"
+
+    def __init__(self):
+        from jaxrw.rewrite.cost import Roofline
+        from jaxrw.rewrite.profiles import get_profile
+
+        self.base = Roofline(get_profile("cpu"))
+
+    def node_cost(self, node, view):
+        return self.base.node_cost(node, view) + (1.0 if node.op == "transpose" else 0.0)
+
+
+@pytest.mark.parametrize("precision", [(lax.Precision.HIGHEST, lax.Precision.DEFAULT), lax.Precision.HIGHEST])
+def test_a_precision_per_operand_is_not_handed_to_the_other_operand(precision):
+    # (a@b).T -> b.T@a.T swapped the operands but kept precision=(HIGHEST, DEFAULT) as written:
+    # HIGHEST went to b (0.117 apart on a TPU, a new user's check). A dot asking one precision
+    # for both is still rewritten
+    def f(a, b):
+        return lax.dot_general(a, b, (((1,), (0,)), ((), ())), precision=precision).T
+
+    rng = np.random.default_rng(0)
+    a, b = (jnp.asarray(rng.standard_normal(s).astype(np.float32)) for s in ((16, 8), (8, 4)))
+    opt = jaxrw.optimize(f, numerics="strict", cost_model=_NoTransposes(), limits=jaxrw.Limits(min_gain=0))
+    np.testing.assert_allclose(opt(a, b), jax.jit(f)(a, b), rtol=1e-6)
+    report = opt.report(a, b)
+    one = not isinstance(precision, tuple)
+    assert ("dot.transpose_out" in report.rules_fired) == one
+    if one:
+        after = str(jaxrw.explain(f, a, b, numerics="strict", cost_model=_NoTransposes()).jaxpr_after)
+        assert "transpose" not in after and "HIGHEST" in after
+
+
+def test_boolean_dots_are_left_as_written():
+    # ones(bool) @ B became sum(B) (structured.const_vector_dot), which reduce_sum refuses for
+    # bool: every call fell back with a warning, and strict raised. A boolean dot's sums are ORs
+    def f(B, C):
+        return jnp.ones((5,), bool) @ B, (B.T @ C) @ jnp.ones((3,), bool)
+
+    rng = np.random.default_rng(1)
+    B, C = (jnp.asarray(rng.integers(0, 2, s).astype(bool)) for s in ((5, 4), (5, 3)))
+    for numerics in ("default", "fast", "strict"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = jaxrw.optimize(f, strict=True, numerics=numerics)(B, C)
+        for g, w in zip(got, jax.jit(f)(B, C), strict=True):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
