@@ -70,7 +70,10 @@ class RuleSite:
     exact: bool
     matches: int
     sites: list[int] | None  # equation indices; None when locating failed
-    in_result: bool = False  # some site lies in a region of the extracted program
+    # some site lies in a region the extracted program changed. Not that this rule's rewrite was
+    # taken there: a rule matching where another's was (factor_right beside the factor_left
+    # taken) reads the same; e-nodes keep no record of the rule that made them
+    at_change: bool = False
 
 
 @dataclass
@@ -79,7 +82,7 @@ class Region:
 
     id: int
     equations: list[int]
-    rules: list[str]
+    rules: list[str]  # rules matched at its equations (RuleSite.at_change: not all were taken)
     cost_before: float
     cost_after: float
     before_ops: dict[str, int]  # primitive -> count in the original
@@ -530,7 +533,7 @@ def _analyze(ex: Explanation, closed: Any, result: Any, model: Any, report: Any,
             int(n),
             site_eqns,
         )
-        rs.in_result = bool(site_eqns) and any(infos[i].region is not None for i in site_eqns)
+        rs.at_change = bool(site_eqns) and any(infos[i].region is not None for i in site_eqns)
         ex.rules.append(rs)
         for i in site_eqns or []:
             reg = infos[i].region

@@ -150,7 +150,7 @@ class ExplanationViews:
                 where = "on rewritten terms"
             else:
                 where = ", ".join(self._where(i) for i in r.sites[:6]) + (" …" if len(r.sites) > 6 else "")
-            rows.append((r.name, r.identity, str(r.matches), where, "yes" if r.in_result else "no"))
+            rows.append((r.name, r.identity, str(r.matches), where, "yes" if r.at_change else "no"))
         return rows
 
     def region_rows(self) -> list[tuple[str, ...]]:
@@ -208,14 +208,14 @@ class ExplanationViews:
         parts: list[Any] = [top]
         if self.rules:
             t = Table(title="rules fired", title_justify="left")
-            for col in ("rule", "identity", "matches", "matched in the original at", "in result"):
+            for col in ("rule", "identity", "matches", "matched in the original at", "at a change"):
                 t.add_column(col, overflow="fold")
             for row in self.rule_rows():
                 add(t, row)
             parts.append(t)
         if self.regions or self.equations:
             t = Table(title="predicted cost per region", title_justify="left")
-            for col in ("region", "equations", "ops", "rules", "before", "after", "gain"):
+            for col in ("region", "equations", "ops", "rules matched", "before", "after", "gain"):
                 t.add_column(
                     col, overflow="fold", justify="right" if col in ("before", "after", "gain") else "left"
                 )
@@ -255,7 +255,7 @@ class ExplanationViews:
         if self.rules:
             out.append(
                 _html_table(
-                    ("rule", "identity", "matches", "matched in the original at", "in result"),
+                    ("rule", "identity", "matches", "matched in the original at", "at a change"),
                     self.rule_rows(),
                     "rules fired",
                 )
@@ -263,7 +263,7 @@ class ExplanationViews:
         if self.regions or self.equations:
             out.append(
                 _html_table(
-                    ("region", "equations", "ops", "rules", "before", "after", "gain"),
+                    ("region", "equations", "ops", "rules matched", "before", "after", "gain"),
                     self.region_rows(),
                     "predicted cost per region",
                 )

@@ -82,7 +82,7 @@ def test_chain_rules_sites_and_sources():
     assert all(e.source.startswith(f"{HERE}:") and "chain" in e.source for e in ex.equations)
     assert len(ex.regions) == 1 and ex.regions[0].before_ops == {"dot_general": 3}
     located = [r for r in ex.rules if r.sites]
-    assert located and all(r.in_result for r in located)
+    assert located and all(r.at_change for r in located)
     assert any(r.identity.startswith("(A") for r in located)  # an associativity rule matched
     # the optimized program contracts with the thin vector first: three matrix-vector products
     assert ex.jaxpr_after.count("dot_general") == 3 and "f32[64,64] = dot_general" not in ex.jaxpr_after
@@ -119,7 +119,7 @@ def test_nothing_to_rewrite():
     ex = jaxrw.explain(elementwise, *_rand(2, (8, 8), (8, 8)))
     check_invariants(ex)
     assert ex.status == "kept" and not ex.regions
-    assert not any(r.in_result for r in ex.rules)  # rules may match (commuting), none changes the result
+    assert not any(r.at_change for r in ex.rules)  # rules may match (commuting), none changes the result
     assert {e.status for e in ex.equations} == {"kept"}
     assert ex.jaxpr_after is None
 
@@ -381,7 +381,7 @@ def test_a_kept_program_is_explained_as_written():
     assert ex.status == "kept" and "margin" in ex.note
     check_invariants(ex)
     assert not ex.regions and {e.status for e in ex.equations} == {"kept"}
-    assert not any(r.in_result for r in ex.rules)
+    assert not any(r.at_change for r in ex.rules)
 
 
 def test_programs_never_encoded_are_explained_without_a_warning(caplog):
