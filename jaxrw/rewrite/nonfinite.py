@@ -163,18 +163,25 @@ def _expr(decls: Any, tp: Any, e: Any) -> Any:
     return RuntimeExpr.__from_values__(decls, decl.TypedExprDecl(tp, e))
 
 
+def _outside(t: Any) -> Any:
+    """cone(t) is 0, written as a comparison: as `cone(t) = 0` egglog's planner began the
+    query at the constant and scanned every class outside the cone (a deep linear network's
+    SGD step: the guarded associativity rules searched 4x longer than under "fast", 7.2 s vs 1.9 s)."""
+    return cone(t) < _ONE
+
+
 def guard(rw: Any) -> Any:
     """The same rewrite, firing only outside the cone and marking the class it changes."""
     d, decls = rw.decl, rw.__egg_decls__
     if isinstance(d, decl.RewriteDecl):
         lhs, rhs = _expr(decls, d.tp, d.lhs), _expr(decls, d.tp, d.rhs)
         conditions = [Fact(decls, f) for f in d.conditions]
-        return rule(eq(_ROOT).to(lhs), *conditions, eq(cone(_ROOT)).to(_ZERO)).then(
+        return rule(eq(_ROOT).to(lhs), *conditions, _outside(_ROOT)).then(
             union(_ROOT).with_(rhs), set_(touched(_ROOT)).to(_ONE)
         )
     if isinstance(d, decl.RuleDecl):
         roots = [_expr(decls, a.tp, a.lhs) for a in d.head if isinstance(a, decl.UnionDecl)]
-        body = [Fact(decls, f) for f in d.body] + [eq(cone(x)).to(_ZERO) for x in roots]
+        body = [Fact(decls, f) for f in d.body] + [_outside(x) for x in roots]
         head = [Action(decls, a) for a in d.head] + [set_(touched(x)).to(_ONE) for x in roots]
         return rule(*body, name=d.name, eval_mode=d.eval_mode).then(*head)
     raise TypeError(f"cannot guard a {type(d).__name__}")
