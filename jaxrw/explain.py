@@ -36,6 +36,7 @@ from . import compat, signature
 from .errors import InvalidArgumentError
 from .explain_render import ExplanationViews
 from .logs import fn_name
+from .options import param_names
 from .rewrite.cost import speedup
 
 __all__ = ["explain", "Explanation", "EquationInfo", "RuleSite", "Region"]
@@ -199,7 +200,10 @@ def explain(
     (entry,) = clone._cache.values()
     t0 = time.perf_counter()
     ex = _build(opt, entry, report, sites)
-    ex.signature = _named(ex.signature, clone._split(args, call_kw)[0])
+    static = set(opt.static_argnums)
+    names = param_names(opt.fn)
+    positional = [names.get(i, f"args[{i}]") for i in range(len(args)) if i not in static]
+    ex.signature = _named(ex.signature, clone._split(args, call_kw)[0], positional)
     if entry.trace is not None:
         ex.phases["trace"] = max(0.0, total_build - sum(report.phase_s.values()) if report else 0.0)
     if measure:
@@ -303,16 +307,23 @@ def _distinct(names: list[str]) -> list[str]:
     return out
 
 
-def _named(signature: list[str], dyn: tuple) -> list[str]:
-    """Keyword arguments' leaves labelled with their names (`scale=float32[]`): the flat types
-    alone list keywords sorted by name, unnamed, after the positional ones."""
+def _named(signature: list[str], dyn: tuple, positional: list[str]) -> list[str]:
+    """Leaves labelled where the flat types alone do not say whose they are: a keyword's with its
+    name (`scale=float32[]`; flat, keywords come sorted, after the positional ones), and the leaves
+    of a positional container with the parameter's name and their path (`params['w']=f32[4,4]`;
+    an NNX state of dozens of leaves read as a row of bare shapes). A lone array stays a type."""
     paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(dyn)[0]]
     if len(paths) != len(signature):
         return signature
     out = []
     for path, text in zip(paths, signature, strict=True):
         keyword = path[0].idx == 1 and isinstance(path[1], jax.tree_util.DictKey)
-        out.append(f"{path[1].key}{jax.tree_util.keystr(path[2:])}={text}" if keyword else text)
+        if keyword:
+            out.append(f"{path[1].key}{jax.tree_util.keystr(path[2:])}={text}")
+        elif len(path) > 2 and path[1].idx < len(positional):  # a leaf inside a positional container
+            out.append(f"{positional[path[1].idx]}{jax.tree_util.keystr(path[2:])}={text}")
+        else:
+            out.append(text)
     return out
 
 

@@ -124,6 +124,20 @@ def test_nothing_to_rewrite():
     assert ex.jaxpr_after is None
 
 
+def test_explain_names_the_leaves_of_container_arguments():
+    # a parameter pytree read as a row of bare shapes (an NNX state of dozens of leaves)
+    def f(params, x, *rest, scale=1.0):
+        return (x @ params["w"][0] + params["b"]) * scale + rest[0]["c"]
+
+    params = {"w": [jnp.ones((4, 4))], "b": jnp.ones(4)}
+    ex = jaxrw.optimize(f).explain(params, jnp.ones((2, 4)), {"c": jnp.ones(4)}, scale=2.0)
+    assert ex.signature == [
+        *("params['b']=float32[4]", "params['w'][0]=float32[4,4]", "float32[2,4]"),
+        *("args[2]['c']=float32[4]", "scale=float32[]"),
+    ]
+    assert "params['w'][0]=float32[4,4]" in str(ex)
+
+
 def test_optimized_explain_measure_and_kwargs():
     f = jaxrw.optimize(lambda A, B, v, scale=1.0: (A @ B) @ v * scale)
     A, B, v = _rand(3, (64, 64), (64, 64), (64, 3))
