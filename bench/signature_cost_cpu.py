@@ -111,7 +111,7 @@ def main() -> None:
         )
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"meta": meta, "cases": rows}, f, indent=1)
+            json.dump({"meta": meta, "signatures": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
