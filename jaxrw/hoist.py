@@ -17,7 +17,7 @@ from . import compat
 from .hoist_layout import Layout, fast_signature, hoisted_as_passed, with_hoisted
 from .identity import SCALARS, checker, snapshot, stand_in
 from .logs import fn_name
-from .options import param_names
+from .options import param_names, signature_of
 from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, picker
 from .schedule.xla_modes import is_nested_options_error, without_frame
 from .signature import leaf_key  # the signature key optimize uses
@@ -490,6 +490,11 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     ]
     if missing:
         raise InvalidOptionError(f"bind: hoisted arguments {missing!r} not given; pass every argument once")
+    sig = signature_of(opt.fn)
+    try:  # the others too: the user's function would raise its own TypeError from inside the trace
+        sig is None or sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise InvalidOptionError(f"bind: {e}; pass every argument once, as to a call") from None
     hoisted: dict[int | str, Any] = {i: args[i] for i in pos}
     hoisted.update((k, kwargs[k]) for k in names)
     entry, key, leaves = opt._entry_for(args, kwargs)  # built if new

@@ -221,6 +221,13 @@ def test_bind_names_a_hoisted_argument_not_given():
         jaxrw.optimize(_decoder, hoist_argnames="params").bind(x=_r(94, 4, 64))
 
 
+def test_bind_without_the_other_arguments_says_so():
+    # bind(params) alone: the user's function raised its own "missing 1 required positional
+    # argument" from inside jaxrw's trace
+    with pytest.raises(jaxrw.InvalidOptionError, match=r"bind: missing .*'x'.*pass every argument once"):
+        jaxrw.optimize(_decoder, hoist_argnums=0).bind(_params(95))
+
+
 def test_a_signature_lowered_first_is_built_once_or_again_at_its_first_call_where_that_needs_arrays():
     a, b, v = _r(100, 64, 64), _r(101, 64, 64), _r(102, 64, 1)
     opt = jaxrw.optimize(_chain)
