@@ -36,7 +36,7 @@ from . import compat, signature
 from .errors import InvalidArgumentError
 from .explain_render import ExplanationViews
 from .logs import fn_name
-from .options import param_names
+from .options import POSITIONAL_KINDS, signature_of
 from .rewrite.cost import speedup
 
 __all__ = ["explain", "Explanation", "EquationInfo", "RuleSite", "Region"]
@@ -200,9 +200,10 @@ def explain(
     (entry,) = clone._cache.values()
     t0 = time.perf_counter()
     ex = _build(opt, entry, report, sites)
-    static = set(opt.static_argnums)
-    names = param_names(opt.fn)
-    positional = [names.get(i, f"args[{i}]") for i in range(len(args)) if i not in static]
+    sig = signature_of(opt.fn, follow_wrapped=False)  # the function called, not what it wraps
+    params = [p for p in (sig.parameters.values() if sig else ()) if p.kind in POSITIONAL_KINDS]
+    named = {i: p.name for i, p in enumerate(params)}
+    positional = [named.get(i, f"args[{i}]") for i in range(len(args)) if i not in set(opt.static_argnums)]
     ex.signature = _named(ex.signature, clone._split(args, call_kw)[0], positional)
     if entry.trace is not None:
         ex.phases["trace"] = max(0.0, total_build - sum(report.phase_s.values()) if report else 0.0)

@@ -490,7 +490,7 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     ]
     if missing:
         raise InvalidOptionError(f"bind: hoisted arguments {missing!r} not given; pass every argument once")
-    sig = signature_of(opt.fn)
+    sig = signature_of(opt.fn, follow_wrapped=False)
     try:  # the others too: the user's function would raise its own TypeError from inside the trace
         sig is None or sig.bind(*args, **kwargs)
     except TypeError as e:

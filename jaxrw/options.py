@@ -133,13 +133,15 @@ def checked_options(
     )
 
 
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+POSITIONAL_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
-def signature_of(fn: Callable) -> inspect.Signature | None:
-    """`fn`'s signature, or None where it cannot be read (a builtin, some C callables)."""
+def signature_of(fn: Callable, follow_wrapped: bool = True) -> inspect.Signature | None:
+    """`fn`'s signature, or None where it cannot be read (a builtin, some C callables).
+    `follow_wrapped=False`: the signature of `fn` itself, not of what `functools.wraps` says it
+    wraps (a decorator that supplies or adds an argument takes other ones)."""
     try:
-        return inspect.signature(fn)
+        return inspect.signature(fn, follow_wrapped=follow_wrapped)
     except (TypeError, ValueError):
         return None
 
@@ -158,7 +160,7 @@ def resolve_argnums(fn: Callable, nums: tuple[int, ...], what: str) -> tuple[int
     params = _parameters(fn)
     if params is None:
         params = [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL)]
-    n = sum(p.kind in _POSITIONAL for p in params)
+    n = sum(p.kind in POSITIONAL_KINDS for p in params)
     out = tuple(i + n if i < 0 else i for i in nums)
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params) or min(out) < 0:
         raise InvalidOptionError(
@@ -177,7 +179,7 @@ def check_hoisted(fn: Callable, nums: tuple[int, ...], names: tuple[str, ...]) -
         return
     kind = inspect.Parameter
     kinds = {p.kind for p in params}
-    n = sum(p.kind in _POSITIONAL for p in params)
+    n = sum(p.kind in POSITIONAL_KINDS for p in params)
     far = tuple(i for i in nums if i >= n)
     if far and kind.VAR_POSITIONAL not in kinds:
         valid = f"indices 0..{n - 1} or -{n}..-1" if n else "none (it has no positional parameters)"

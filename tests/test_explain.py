@@ -5,6 +5,7 @@ without graphviz's `dot`), and the JAXRW_LOG switch."""
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import logging
@@ -136,6 +137,19 @@ def test_explain_names_the_leaves_of_container_arguments():
         *("args[2]['c']=float32[4]", "scale=float32[]"),
     ]
     assert "params['w'][0]=float32[4,4]" in str(ex)
+
+
+def test_explain_names_a_wrapper_s_parameters():
+    # functools.wraps: the wrapper's own order (x, params), not the wrapped function's
+    def model(params, x):
+        return x @ params["w"]
+
+    @functools.wraps(model)
+    def batch_first(x, params):
+        return model(params, x)
+
+    ex = jaxrw.explain(batch_first, jnp.ones((2, 4)), {"w": jnp.ones((4, 4))})
+    assert ex.signature == ["float32[2,4]", "params['w']=float32[4,4]"]
 
 
 def test_optimized_explain_measure_and_kwargs():

@@ -3,6 +3,8 @@ hoisted or donated arguments named either way (position or keyword), as jax.jit 
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -226,6 +228,21 @@ def test_bind_without_the_other_arguments_says_so():
     # argument" from inside jaxrw's trace
     with pytest.raises(jaxrw.InvalidOptionError, match=r"bind: missing .*'x'.*pass every argument once"):
         jaxrw.optimize(_decoder, hoist_argnums=0).bind(_params(95))
+
+
+def test_bind_takes_the_arguments_of_a_wrapper_not_of_what_it_wraps():
+    # functools.wraps points inspect.signature at the wrapped function: a decorator adding an
+    # option was refused ("unexpected keyword argument 'scale'") where the call itself works
+    def add_scale(fn):
+        @functools.wraps(fn)
+        def wrapper(params, x, scale=1.0):
+            return fn(params, x) * scale
+
+        return wrapper
+
+    p, x = _params(96), _r(97, 4, 64)
+    bound = jaxrw.optimize(add_scale(_decoder), hoist_argnums=0).bind(p, x, scale=2.0)
+    np.testing.assert_allclose(bound(x, scale=2.0), 2.0 * _decoder(p, x), rtol=1e-4, atol=1e-5)
 
 
 def test_a_signature_lowered_first_is_built_once_or_again_at_its_first_call_where_that_needs_arrays():
