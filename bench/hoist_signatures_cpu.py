@@ -52,7 +52,6 @@ import dataclasses
 import json
 import platform
 import statistics
-import subprocess
 import time
 
 import jax
@@ -60,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrw import optimize
+from jaxrw.bench.runner import git_commit
 
 
 def _chain(pairs: int):
@@ -231,9 +231,7 @@ def main() -> None:
             f"{r['signatures']}, {r['prologue_runs']}, {r['handed_off']}"
         )
     if a.json:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
+        commit = git_commit()
         env = {
             "machine": platform.processor() or platform.machine(),
             "jax": jax.__version__,

@@ -15,7 +15,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import time
 import timeit
 
@@ -24,6 +23,7 @@ import jax.numpy as jnp
 
 from jaxrw import optimize
 from jaxrw.bench import case
+from jaxrw.bench.runner import git_commit
 
 CASES = ("nasrnn_args_hoist", "llama288_hoist", "llama4096_hoist")
 SIZES = {"nasrnn_args_hoist": "large", "llama288_hoist": "large", "llama4096_hoist": "small"}
@@ -72,9 +72,7 @@ def main() -> None:
     a = ap.parse_args()
     case.load_suites()
     rows = [measure(n, a.calls, a.repeats) for n in a.case]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()
     meta = {
         "commit": commit,
         "machine": platform.processor() or platform.machine(),

@@ -15,13 +15,13 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import time
 
 import jax
 import jax.numpy as jnp
 
 from jaxrw import optimize
+from jaxrw.bench.runner import git_commit
 
 
 def chain(a, b, v):
@@ -99,9 +99,7 @@ def main() -> None:
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args()
     rows = {name: measure(fn, make, a.shapes) for name, (fn, make) in CASES.items()}
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()
     meta = {"commit": commit, "jax": jax.__version__, "machine": platform.processor() or platform.machine()}
     for name, r in rows.items():
         print(

@@ -203,7 +203,8 @@ def explain(
     sig = signature_of(opt.fn, follow_wrapped=False)  # the function called, not what it wraps
     params = [p for p in (sig.parameters.values() if sig else ()) if p.kind in POSITIONAL_KINDS]
     named = {i: p.name for i, p in enumerate(params)}
-    positional = [named.get(i, f"args[{i}]") for i in range(len(args)) if i not in set(opt.static_argnums)]
+    static = set(opt.static_argnums)
+    positional = [named.get(i, f"args[{i}]") for i in range(len(args)) if i not in static]
     ex.signature = _named(ex.signature, clone._split(args, call_kw)[0], positional)
     if entry.trace is not None:
         ex.phases["trace"] = max(0.0, total_build - sum(report.phase_s.values()) if report else 0.0)

@@ -491,10 +491,11 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     if missing:
         raise InvalidOptionError(f"bind: hoisted arguments {missing!r} not given; pass every argument once")
     sig = signature_of(opt.fn, follow_wrapped=False)
-    try:  # the others too: the user's function would raise its own TypeError from inside the trace
-        sig is None or sig.bind(*args, **kwargs)
-    except TypeError as e:
-        raise InvalidOptionError(f"bind: {e}; pass every argument once, as to a call") from None
+    if sig is not None:  # the others too: the user's function would raise its own TypeError in the trace
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise InvalidOptionError(f"bind: {e}; pass every argument once, as to a call") from None
     hoisted: dict[int | str, Any] = {i: args[i] for i in pos}
     hoisted.update((k, kwargs[k]) for k in names)
     entry, key, leaves = opt._entry_for(args, kwargs)  # built if new

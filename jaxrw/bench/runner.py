@@ -46,6 +46,7 @@ __all__ = [
     "run_case",
     "run",
     "environment",
+    "git_commit",
     "reference",
     "OptTimeout",
     "optimize_supports",
@@ -425,7 +426,7 @@ def environment(opts: Options) -> dict[str, Any]:
         "iterations": opts.iterations,
         "opt_timeout_s": opts.opt_deadline(),
         "budget_s": opts.budget(),
-        "commit": _git_commit(),
+        "commit": git_commit(),
         "profile": _profile_in_use(),
     }
 
@@ -445,7 +446,7 @@ def _profile_in_use() -> dict[str, Any]:
     }
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     """The checkout's commit (and '+dirty' with local changes), when run from a git checkout, or
     JAXRW_COMMIT when set: a copy of the tree on another machine can carry a stale `.git`."""
     import re

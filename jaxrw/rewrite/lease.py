@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from egglog import EGraph
 
@@ -66,15 +65,3 @@ def lent() -> Iterator[None]:
 def current() -> EGraph | None:
     """The e-graph lent to the innermost rewrite in progress, if any."""
     return _lent[-1] if _lent else None
-
-
-def lending(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` (a rewrite of one program) runs with an e-graph lent to it (`current`)."""
-    import functools
-
-    @functools.wraps(fn)
-    def with_egraph(*args: Any, **kwargs: Any) -> Any:
-        with lent():
-            return fn(*args, **kwargs)
-
-    return with_egraph

@@ -204,9 +204,9 @@ def test_a_kept_case_also_times_a_second_jax_jit():
 def test_the_recorded_commit_can_be_given(monkeypatch):
     # a tree copied to a GPU machine can carry a stale .git: JAXRW_COMMIT names the real commit
     monkeypatch.setenv("JAXRW_COMMIT", "24b29b3+dirty")
-    assert runner._git_commit() == "24b29b3+dirty"
+    assert runner.git_commit() == "24b29b3+dirty"
     monkeypatch.setenv("JAXRW_COMMIT", "not a commit; rm -rf")  # anything else is ignored
-    assert runner._git_commit() != "not a commit; rm -rf"
+    assert runner.git_commit() != "not a commit; rm -rf"
 
 
 def test_write_rows_records_the_device_and_jax_with_the_rows(tmp_path):
