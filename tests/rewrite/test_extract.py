@@ -46,13 +46,19 @@ def _view(spec: dict[str, list[tuple[str, float, tuple[str, ...]]]], outputs: li
     return EGraphView(nodes, classes, shapes, {c: "float32" for c in spec}, outputs), costs
 
 
-def test_ilp_beats_greedy_when_sharing_pays(capfd):
-    # Three roots can each use a private leaf (cost 6) or one shared subterm S (cost 10) plus 1.
-    # Greedy prices S per root (11 > 6) and pays 18; the exact answer shares S: 10 + 3 = 13.
+def _shared_or_private():
+    """Three roots, each using a private leaf (cost 6) or one shared subterm S (cost 10) plus 1:
+    greedy prices S per root and pays 18, sharing S costs 13."""
     spec = {"S": [("s", 10.0, ())]}
     for i in range(3):
         spec[f"R{i}"] = [(f"use{i}", 1.0, ("S",)), (f"leaf{i}", 6.0, ())]
-    view, costs = _view(spec, ["R0", "R1", "R2"])
+    return _view(spec, ["R0", "R1", "R2"])
+
+
+def test_ilp_beats_greedy_when_sharing_pays(capfd):
+    # Three roots can each use a private leaf (cost 6) or one shared subterm S (cost 10) plus 1.
+    # Greedy prices S per root (11 > 6) and pays 18; the exact answer shares S: 10 + 3 = 13.
+    view, costs = _shared_or_private()
     g = greedy_dag(view, costs)
     assert dag_cost(view, g, costs) == pytest.approx(18.0)
     ex = ilp(view, costs)
@@ -63,10 +69,7 @@ def test_ilp_beats_greedy_when_sharing_pays(capfd):
 
 def test_share_finds_what_per_class_greedy_misses():
     # the same e-graph as above: `share` switches all three roots to S together (18 -> 13)
-    spec = {"S": [("s", 10.0, ())]}
-    for i in range(3):
-        spec[f"R{i}"] = [(f"use{i}", 1.0, ("S",)), (f"leaf{i}", 6.0, ())]
-    view, costs = _view(spec, ["R0", "R1", "R2"])
+    view, costs = _shared_or_private()
     shared = share(view, costs, greedy_dag(view, costs))
     assert dag_cost(view, shared, costs) == pytest.approx(13.0)
     assert get_extractor("greedy")(view, costs).cost == pytest.approx(13.0)
@@ -441,10 +444,7 @@ def test_share_spends_steps_not_seconds(monkeypatch):
 
     from jaxrw.rewrite import extract
 
-    spec = {"S": [("s", 10.0, ())]}
-    for i in range(3):
-        spec[f"R{i}"] = [(f"use{i}", 1.0, ("S",)), (f"leaf{i}", 6.0, ())]
-    view, costs = _view(spec, ["R0", "R1", "R2"])
+    view, costs = _shared_or_private()
     g = greedy_dag(view, costs)
     calm = share(view, costs, g)
     clock = iter(range(0, 10**9, 1000))
