@@ -108,6 +108,7 @@ class Optimized(Stages, FallBacks):
         if type(self).__dict__.get("_call_class"):  # dataclasses.replace of one with a call of its own
             self.__class__ = Optimized
         compat.wraps_as(self, self.fn)
+        self.fn = compat.weakly_referable(self.fn)
         # names completed from the indices as given (a negative one names by jax.jit's count)
         self.static_argnums, self.static_argnames = both_spellings(
             self.fn, self.static_argnums, self.static_argnames

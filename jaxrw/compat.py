@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import weakref
 from typing import Any, NamedTuple
 
 import jax
@@ -253,6 +254,23 @@ def fun_name(fn: Any) -> str:
         fn = fn.func
         name = getattr(fn, "__name__", None)
     return name if isinstance(name, str) else "<unnamed function>"  # an object's __getattr__ may lie
+
+
+def weakly_referable(fn: Any) -> Any:
+    """`fn`, or where it cannot be weakly referenced (`operator.itemgetter(0)`, `attrgetter`,
+    `methodcaller`) a Python function that calls it: jax.jit keys its caches on a weak reference
+    to the function, and a second jax.jit of such an object crashes the interpreter (jax 0.12.1;
+    jaxrw jits a function again for explain, grad and bench). Its `__wrapped__` is `fn`."""
+    try:
+        weakref.ref(fn)
+        return fn
+    except TypeError:
+        pass
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return named_as(call, fn, signature=True)
 
 
 def wraps_as(obj: Any, fn: Any) -> None:

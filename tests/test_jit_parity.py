@@ -4,6 +4,8 @@ disable_jit, threads, donation under transformations, what a signature keeps ali
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import jax
@@ -406,6 +408,26 @@ def test_a_callable_without_a_readable_signature_is_taken_as_jax_jit_takes_it():
         f = wrap(max)  # a builtin: inspect.signature cannot read it
         with pytest.raises(jax.errors.TracerBoolConversionError, match="function max"):
             f(jnp.ones(()), jnp.zeros(()))
+
+
+_NOT_WEAKLY_REFERABLE = """
+import operator, jax, jax.numpy as jnp, jaxrw
+x = [jnp.arange(3.0), jnp.ones(2)]
+first = jaxrw.optimize(operator.itemgetter(0))
+print(first(x).tolist(), jax.jit(first)(x).tolist())
+jaxrw.explain(operator.itemgetter(1), x)
+total = jaxrw.optimize(operator.methodcaller("sum"))
+print(float(total(x[0])), jax.grad(total)(x[0]).tolist())
+"""
+
+
+def test_a_callable_that_cannot_be_weakly_referenced_is_compiled_twice_safely():
+    # a second jax.jit of operator.itemgetter(0) ends the interpreter (jax 0.12.1, SIGSEGV; jax.jit's
+    # call of one raises TypeError), and explain and grad compiled the callable again: a subprocess,
+    # so a crash fails this test alone
+    done = subprocess.run([sys.executable, "-c", _NOT_WEAKLY_REFERABLE], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["[0.0, 1.0, 2.0] [0.0, 1.0, 2.0]", "3.0 [1.0, 1.0, 1.0]"]
 
 
 def test_a_negative_index_names_what_jax_jit_names():
