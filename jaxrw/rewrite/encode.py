@@ -45,6 +45,7 @@ from .terms import (
     level,
     order,
     plain_cfg,
+    platform_branch,
     shape,
 )
 
@@ -107,6 +108,9 @@ class Program:
 
     def describe(self) -> str:
         return f"Program({self.n_equations} equations, {len(self.outputs)} outputs, {len(self.eqns)} opaque)"
+
+
+SHORT_BRANCH = 4  # equations of a platform cond's branch that `platform_branches` encodes
 
 
 class _Encoder:
@@ -257,10 +261,27 @@ class _Encoder:
                 for o, v in zip(outs, eqn.outvars, strict=True):
                     self.note_type(o, v.aval)
                     self.note_position(o, lvl)
+                if own and eqn.params.get("branches_platforms") and name == "cond":
+                    self.platform_branches(eqn, ins, outs, scope)
             for v, o in zip(eqn.outvars, outs, strict=True):
                 if not compat.is_dropvar(v):
                     env[v] = o
         return [self.read(env, v) for v in jaxpr.outvars]
+
+    def platform_branches(self, eqn: Any, ins: list[Sym], outs: list[Sym], scope: Any) -> None:
+        """A platform-dependent cond (`lax.platform_dependent`: jnp.diagonal of a square matrix
+        is one, a gather by default, Σ_0 I∘x for Mosaic) computes one value by every branch, for
+        finite values: each branch is encoded (its operands are the cond's after the index) and
+        recorded as `platform_branch(out, branch out)`, for rules that state the value exactly
+        from a branch's form (reduce.platform_diagonal: diag(A·B) -> Σ_k A∘Bᵀ). Only short
+        branches: the forms rules read are short, and cumsum's (scans) would only cost time."""
+        for branch in eqn.params["branches"]:
+            if len(branch.jaxpr.eqns) > SHORT_BRANCH:
+                continue
+            inner_consts = [self.const(c, _aval(c), literal=False) for c in branch.consts]
+            inner = self.run(branch.jaxpr, inner_consts, ins[1:], compat.source_of(eqn, scope).name_stack)
+            for mine, theirs in zip(outs, inner, strict=True):
+                self.src.add(self.t(platform_branch, mine, theirs))
 
     def equation(self, eqn: Any, ins: list[Sym], own: bool = True) -> list[Sym]:
         """Terms for one equation's outputs (opaque unless `own`: a primitive jax.lax's by name only,

@@ -58,6 +58,7 @@ __all__ = [
     "structured",
     "plain_cfg",
     "joined",
+    "platform_branch",
     "FLOATS",
     "lfirst",
     "lnext",
@@ -240,6 +241,11 @@ plain_cfg = relation("plain_cfg", i64, String)
 # runs next. A union written as a command of its own costs a pass over the e-graph (egglog 14:
 # 0.45 us per row; 2,000 of them on 20k rows, 3 s); as facts, one rule applies them all
 joined = relation("joined", Tensor, Tensor)
+# platform_branch(t, b): t is a platform-dependent cond (lax.platform_dependent) and b one of its
+# branches' output: equal to t for finite values, as jax promises, not always for Inf and NaN
+# (jnp.diagonal's Mosaic branch, Σ_0 I∘x, is NaN where x holds an Inf off the diagonal), so it
+# is a fact rules read (reduce.platform_diagonal), not a union; set by the encoder
+platform_branch = relation("platform_branch", Tensor, Tensor)
 
 
 # Groups of dots for the multi-dot merges (rules/merge.py, rules/batch.py). A group holds the
@@ -334,6 +340,14 @@ def _shape_rules():
     )
     for term in same:
         yield rule(eq(_t).to(term), eq(_sa).to(shape(_a)), eq(_d).to(dtype(_a))).then(*_set(_t, _sa, _d))
+    # where(pred, b, a) of operands of one shape (what rules build: reduce.platform_diagonal)
+    yield rule(
+        eq(_t).to(Tensor.select_n(_c, _b, _a)),
+        eq(_sa).to(shape(_a)),
+        eq(_sa).to(shape(_b)),
+        eq(_sa).to(shape(_c)),
+        eq(_d).to(dtype(_a)),
+    ).then(*_set(_t, _sa, _d))
     yield rule(eq(_t).to(Tensor.scalar(_n, _m, _d))).then(
         *_set(_t, Vec[i64].empty(), _d), set_(fill(_t)).to(f64.from_i64(_n) / f64.from_i64(_m))
     )

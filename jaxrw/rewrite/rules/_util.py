@@ -60,6 +60,7 @@ NONFINITE_SAFE = frozenset(
         "dot.adopt_cfg",
         "reduce.split_sum",
         "reduce.diag_dot",
+        "reduce.platform_diagonal",  # where(I, x, 0) summed keeps each diagonal entry as it is
         "reduce.weighted_sum",
     }
 )

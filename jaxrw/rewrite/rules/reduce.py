@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, ne, rewrite, rule, union
 
-from ..terms import DEFAULT_CFG, Tensor, is_eye, is_eye_mask, shape
+from ..terms import DEFAULT_CFG, Tensor, dtype, is_eye, is_eye_mask, platform_branch, shape
 from ..terms import fill as fill_
 from . import Rule, register_rule
 from ._util import RING, V, rand, rank, same_dtype, sizes
@@ -23,6 +23,25 @@ dot, sum_ = Tensor.dot, Tensor.sum
 T2 = Vec[i64](i64(1), i64(0))
 F32 = "float32"
 LOW = ("bfloat16", "float16")
+
+
+def _narrower_floats() -> tuple[str, ...]:
+    """ml_dtypes' floats narrower than float16 (float8_*, float6_*, float4_*): a product of two
+    rounds or overflows there where the dot's float32 product does not (a float8_e5m2 trace with
+    320·320 - 320·320 on its diagonal was NaN, jax.jit's 0); diag_dot leaves their sums as written."""
+    import ml_dtypes
+
+    names = []
+    for name in dir(ml_dtypes):
+        try:
+            if name.startswith("float") and ml_dtypes.finfo(getattr(ml_dtypes, name)).bits < 16:
+                names.append(name)
+        except (TypeError, ValueError):  # not a float type
+            pass
+    return tuple(names)
+
+
+NARROWER = _narrower_floats()
 
 
 def _reg(name, identity, exact, build, conditions, example):
@@ -138,7 +157,7 @@ def _diag_dot(form):
                     # summed in its own dtype: the new, longer sum accumulates in float32 for
                     # bf16/f16 (it lands in the program's class, where decode would not upcast)
                     lhs, _, _ = plain
-                    high = (ne(V.d).to(String(LOW[0])), ne(V.d).to(String(LOW[1])))
+                    high = tuple(ne(V.d).to(String(n)) for n in (*LOW, *NARROWER))
                     out.append(rewrite(lhs).to(sum_(hadamard, new_axes), *conds, *extra, *high))
                     for low in LOW:  # float16 products overflow where the dot's float32 ones do not
                         acc = _diagonal_sum(wide, low) if trace else sum_(wide, new_axes)
@@ -191,6 +210,46 @@ _reg(
     "2-D operands; the diagonal selected by a product with an identity built in the program; one dtype "
     "(an inf off the diagonal gave NaN before, a finite value after)",
     _trace_example,
+)
+
+
+def _platform_diagonal():
+    # a platform cond with a branch Σ_0 I∘X (jnp.diagonal of a square X, jax 0.12) -> Σ_0 where(I, X, 0):
+    # X's diagonal for every X (the branch itself is NaN where X holds an Inf off the diagonal, and
+    # the cond's default branch, a gather, is not a form rules read); diag_dot then rewrites it
+    out = []
+    eye = Tensor.convert_element_type(M, V.d)
+    zeros = Tensor.broadcast_in_dim(Tensor.scalar(0, 1, V.d), V.so, Vec[i64].empty())
+    for masked in (Tensor.mul(eye, X), Tensor.mul(X, eye)):
+        conds = (is_eye_mask(M), eq(V.so).to(shape(M)), eq(shape(X)).to(V.so), eq(dtype(X)).to(V.d))
+        out.append(
+            rule(platform_branch(x, sum_(masked, _axes(0))), *conds, *same_dtype(x)).then(
+                union(x).with_(sum_(Tensor.select_n(M, zeros, X), _axes(0)))
+            )
+        )
+    return out
+
+
+def _diagonal_example(rng, dt):
+    import jax.numpy as jnp
+
+    n_, k_ = sizes(rng, 2)
+    a, b = rand(rng, (n_, k_), dt), rand(rng, (k_, n_), dt)
+
+    def f(a_, b_):
+        return jnp.diagonal(a_ @ b_), jnp.diag(b_.T @ a_.T), jnp.diagonal(a_[:, :1] * b_[:1])
+
+    return f, (a, b)
+
+
+_reg(
+    "platform_diagonal",
+    "jnp.diagonal(X) (a platform cond) -> Σ_0 where(I, X, 0)",
+    False,
+    _platform_diagonal,
+    "a platform-dependent cond one of whose branches sums I∘X over axis 0 (I an identity built in the "
+    "program, X square); one dtype (exact but for the sign of a zero on the diagonal)",
+    _diagonal_example,
 )
 
 

@@ -61,3 +61,45 @@ def test_a_batch_slice_of_a_batched_product():
     a, b = _rand(rng, 16, 64, 64), _rand(rng, 16, 64, 64)
     opt = optimized(lambda a, b: (a @ b)[2:4], (a, b))
     assert opt.flops <= 1.05 * 2 * 2 * 64**3
+
+
+def test_jnp_diagonal_of_a_product_is_an_elementwise_sum():
+    # jnp.diagonal of a square matrix is a platform-dependent cond in jax 0.12 (a gather, or Σ_0 I∘X
+    # for Mosaic): diag(A @ B) was kept as an n³ product plus a gather
+    rng = np.random.default_rng(2)
+    a, b = _rand(rng, 192, 96), _rand(rng, 96, 192)
+    for f in (lambda a, b: jnp.diagonal(a @ b), lambda a, b: jnp.diag(b.T @ a.T)):
+        opt = reaches(f, lambda a, b: jnp.sum(a * b.T, axis=1), (a, b))
+        assert opt.dots == 0 and opt.report.rules_fired["reduce.platform_diagonal"] > 0
+        want = np.einsum("ik,ki->i", np.asarray(a, np.float64), np.asarray(b, np.float64))
+        assert np.abs(np.asarray(opt.fn(a, b)[0], np.float64) - want).max() < 1e-4 * np.abs(want).max()
+
+
+def test_a_diagonal_kept_by_a_rewritten_program_is_read_as_jax_jit_reads_it():
+    # the cond's Mosaic branch, Σ_0 I∘X, is NaN in every column where X holds an Inf off the
+    # diagonal; the cond is a gather, which reads the diagonal alone. A program rewritten elsewhere
+    # (the chain) keeps jax.jit's finite diagonal, and a diagonal of a product with an Inf off its
+    # diagonal is finite where jax.jit's is
+    rng = np.random.default_rng(3)
+    x = np.array(_rand(rng, 48, 48))
+    x[0, 5] = np.inf
+    a, b, v = _rand(rng, 48, 48), _rand(rng, 48, 48), _rand(rng, 48)
+    for f, args in (
+        (lambda x, a, b, v: jnp.diagonal(x) + a @ b @ v, (jnp.asarray(x), a, b, v)),
+        (lambda x, a, b, v: jnp.diagonal(x @ a) + v, (jnp.asarray(x), a, b, v)),
+    ):
+        opt = optimized(f, args)
+        got, want = np.asarray(opt.fn(*args)[0]), np.asarray(jax.jit(f)(*args))
+        assert opt.report.rules_fired, opt.report
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+        assert np.isfinite(got).sum() >= 47
+        np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-4, atol=1e-4)
+
+
+def test_an_identity_product_written_out_is_not_read_as_a_diagonal_under_default_numerics():
+    # Σ_0 I∘X written by the user (no platform cond) is NaN where X holds an Inf off the diagonal:
+    # only numerics="fast" may rewrite it (reduce.diag_dot_eye), platform_diagonal not at all
+    rng = np.random.default_rng(4)
+    a, b = _rand(rng, 32, 32), _rand(rng, 32, 32)
+    opt = optimized(lambda a, b: (jnp.eye(32, dtype=a.dtype) * (a @ b)).sum(0), (a, b))
+    assert "reduce.platform_diagonal" not in opt.report.rules_fired and opt.dots == 1
