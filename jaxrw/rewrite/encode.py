@@ -39,13 +39,13 @@ from .terms import (
     Out,
     Tensor,
     cfg_dtype,
+    diagonal_of,
     dtype,
     fill,
     float_dtype,
     level,
     order,
     plain_cfg,
-    platform_branch,
     shape,
 )
 
@@ -108,9 +108,6 @@ class Program:
 
     def describe(self) -> str:
         return f"Program({self.n_equations} equations, {len(self.outputs)} outputs, {len(self.eqns)} opaque)"
-
-
-SHORT_BRANCH = 4  # equations of a platform cond's branch that `platform_branches` encodes
 
 
 class _Encoder:
@@ -262,26 +259,22 @@ class _Encoder:
                     self.note_type(o, v.aval)
                     self.note_position(o, lvl)
                 if own and eqn.params.get("branches_platforms") and name == "cond":
-                    self.platform_branches(eqn, ins, outs, scope)
+                    self.diagonal_cond(eqn, ins, outs)
             for v, o in zip(eqn.outvars, outs, strict=True):
                 if not compat.is_dropvar(v):
                     env[v] = o
         return [self.read(env, v) for v in jaxpr.outvars]
 
-    def platform_branches(self, eqn: Any, ins: list[Sym], outs: list[Sym], scope: Any) -> None:
-        """A platform-dependent cond (`lax.platform_dependent`: jnp.diagonal of a square matrix
-        is one, a gather by default, Σ_0 I∘x for Mosaic) computes one value by every branch, for
-        finite values: each branch is encoded (its operands are the cond's after the index) and
-        recorded as `platform_branch(out, branch out)`, for rules that state the value exactly
-        from a branch's form (reduce.platform_diagonal: diag(A·B) -> Σ_k A∘Bᵀ). Only short
-        branches: the forms rules read are short, and cumsum's (scans) would only cost time."""
-        for branch in eqn.params["branches"]:
-            if len(branch.jaxpr.eqns) > SHORT_BRANCH:
-                continue
-            inner_consts = [self.const(c, _aval(c), literal=False) for c in branch.consts]
-            inner = self.run(branch.jaxpr, inner_consts, ins[1:], compat.source_of(eqn, scope).name_stack)
-            for mine, theirs in zip(outs, inner, strict=True):
-                self.src.add(self.t(platform_branch, mine, theirs))
+    def diagonal_cond(self, eqn: Any, ins: list[Sym], outs: list[Sym]) -> None:
+        """jnp.diagonal of a square matrix is a platform-dependent cond in jax 0.12 (a gather by
+        default, Σ_0 I∘x for Mosaic), opaque here. Where the branch this platform runs gathers
+        x[i, i] of an operand x (its indices, computed from iotas, are evaluated to check), its
+        first output is recorded as `diagonal_of(out, x)` (rules/reduce.py platform_diagonal).
+        Other branches are not read: jax runs only one, and need not make them agree."""
+        branch = running_branch(eqn)
+        k = None if branch is None else gathered_diagonal(branch)
+        if k is not None:
+            self.src.add(self.t(diagonal_of, outs[0], ins[1 + k]))
 
     def equation(self, eqn: Any, ins: list[Sym], own: bool = True) -> list[Sym]:
         """Terms for one equation's outputs (opaque unless `own`: a primitive jax.lax's by name only,
@@ -476,6 +469,71 @@ def _freeze(x: Any) -> Any:
     return x
 
 
+_GPU_PLATFORMS = ("cuda", "rocm", "gpu")
+
+
+def running_branch(eqn: Any) -> Any:
+    """The branch of a platform-dependent cond that jax runs on the default backend: the one
+    naming the platform, else the default one (None in `branches_platforms`); None if unclear."""
+    backend = jax.default_backend()
+    names = _GPU_PLATFORMS if backend in _GPU_PLATFORMS else (backend,)
+    named = [i for i, p in enumerate(eqn.params["branches_platforms"]) if p and set(p) & set(names)]
+    default = [i for i, p in enumerate(eqn.params["branches_platforms"]) if p is None]
+    chosen = named or default
+    return eqn.params["branches"][chosen[0]] if len(chosen) == 1 else None
+
+
+def gathered_diagonal(branch: Any) -> int | None:
+    """k where `branch`'s first output is x[i, i] of its square operand k (a gather of the
+    diagonal, jnp.diagonal's default form), else None."""
+    jaxpr = branch.jaxpr
+    out = jaxpr.outvars[0] if jaxpr.outvars else None
+    eqn = next((e for e in jaxpr.eqns if out in e.outvars), None)
+    if eqn is None or eqn.primitive.name != "gather" or eqn.invars[0] not in jaxpr.invars:
+        return None
+    shape_x = tuple(eqn.invars[0].aval.shape)
+    dims = eqn.params["dimension_numbers"]
+    square = len(shape_x) == 2 and shape_x[0] == shape_x[1] and tuple(out.aval.shape) == shape_x[:1]
+    plain = (
+        tuple(dims.offset_dims) == ()
+        and tuple(dims.collapsed_slice_dims) == (0, 1)
+        and tuple(dims.start_index_map) == (0, 1)
+        and not tuple(getattr(dims, "operand_batching_dims", ()))
+        and tuple(eqn.params["slice_sizes"]) == (1, 1)
+    )
+    if not (square and plain):
+        return None
+    indices = _constant(jaxpr, list(branch.consts), eqn.invars[1])
+    n = shape_x[0]
+    if indices is None or indices.shape != (n, 2) or not (indices == np.arange(n)[:, None]).all():
+        return None
+    return jaxpr.invars.index(eqn.invars[0])
+
+
+def _constant(jaxpr: Any, consts: list, var: Any) -> np.ndarray | None:
+    """The value of `var` where it depends on no input of `jaxpr` (iotas, literals, constants),
+    evaluated now; else None."""
+    producers = {v: e for e in jaxpr.eqns for v in e.outvars}
+    env = dict(zip(jaxpr.constvars, consts, strict=True))
+
+    def value(v: Any) -> Any:
+        if compat.is_literal(v):
+            return v.val
+        if v not in env:
+            e = producers.get(v)
+            if e is None or e.effects or e.params.get("branches") is not None:
+                raise LookupError(v)  # an input, or nothing to evaluate here
+            res = e.primitive.bind(*[value(x) for x in e.invars], **e.params)
+            env.update(zip(e.outvars, res if e.primitive.multiple_results else [res], strict=True))
+        return env[v]
+
+    try:
+        with jax.ensure_compile_time_eval():
+            return np.asarray(value(var))
+    except LookupError:
+        return None
+
+
 def encode(
     closed: Any,
     body_hook: Any = None,
@@ -512,6 +570,7 @@ def encode(
         if i in cone_outputs:
             enc.src.set(nonfinite.cone, t, to=1)
     enc.src.set(cfg_dtype, DEFAULT_CFG, to=Str(""))
+    symbols = frozenset({*enc.src.refs, ref_of(float_dtype)})  # float_dtype: new_egraph's rows
     enc.src.flush()
     eg = enc.egraph
     return Program(
@@ -527,7 +586,7 @@ def encode(
         primitives=enc.primitives,
         const_is_arg=enc.const_is_arg,
         eqn_fns=enc.eqn_fns,
-        symbols=frozenset({*enc.src.refs, ref_of(float_dtype)}),  # float_dtype: new_egraph's rows
+        symbols=symbols,
         dots=enc.dots,
         rows=enc.rows,
         stacks=enc.stacks,

@@ -58,7 +58,7 @@ __all__ = [
     "structured",
     "plain_cfg",
     "joined",
-    "platform_branch",
+    "diagonal_of",
     "FLOATS",
     "lfirst",
     "lnext",
@@ -241,11 +241,10 @@ plain_cfg = relation("plain_cfg", i64, String)
 # runs next. A union written as a command of its own costs a pass over the e-graph (egglog 14:
 # 0.45 us per row; 2,000 of them on 20k rows, 3 s); as facts, one rule applies them all
 joined = relation("joined", Tensor, Tensor)
-# platform_branch(t, b): t is a platform-dependent cond (lax.platform_dependent) and b one of its
-# branches' output: equal to t for finite values, as jax promises, not always for Inf and NaN
-# (jnp.diagonal's Mosaic branch, Σ_0 I∘x, is NaN where x holds an Inf off the diagonal), so it
-# is a fact rules read (reduce.platform_diagonal), not a union; set by the encoder
-platform_branch = relation("platform_branch", Tensor, Tensor)
+# diagonal_of(t, x): t = x[i, i] for a square x, where jnp.diagonal is a platform-dependent cond
+# (jax 0.12) the e-graph cannot read: the encoder checked that the branch run here gathers exactly
+# the diagonal (encode.py `diagonal_cond`); rules/reduce.py platform_diagonal states it as a sum
+diagonal_of = relation("diagonal_of", Tensor, Tensor)
 
 
 # Groups of dots for the multi-dot merges (rules/merge.py, rules/batch.py). A group holds the
@@ -340,7 +339,12 @@ def _shape_rules():
     )
     for term in same:
         yield rule(eq(_t).to(term), eq(_sa).to(shape(_a)), eq(_d).to(dtype(_a))).then(*_set(_t, _sa, _d))
-    # where(pred, b, a) of operands of one shape (what rules build: reduce.platform_diagonal)
+    # iotas, comparisons and where(pred, b, a) of operands of one shape, as rules build them
+    # (reduce.platform_diagonal)
+    yield rule(eq(_t).to(Tensor.iota(_d, _sa, _n))).then(*_set(_t, _sa, _d))
+    yield rule(eq(_t).to(Tensor.binary("eq", _a, _b)), eq(_sa).to(shape(_a)), eq(_sa).to(shape(_b))).then(
+        *_set(_t, _sa, String("bool"))
+    )
     yield rule(
         eq(_t).to(Tensor.select_n(_c, _b, _a)),
         eq(_sa).to(shape(_a)),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, ne, rewrite, rule, union
 
-from ..terms import DEFAULT_CFG, Tensor, dtype, is_eye, is_eye_mask, platform_branch, shape
+from ..terms import DEFAULT_CFG, Tensor, diagonal_of, dtype, is_eye, is_eye_mask, shape
 from ..terms import fill as fill_
 from . import Rule, register_rule
 from ._util import RING, V, rand, rank, same_dtype, sizes
@@ -214,20 +214,14 @@ _reg(
 
 
 def _platform_diagonal():
-    # a platform cond with a branch Σ_0 I∘X (jnp.diagonal of a square X, jax 0.12) -> Σ_0 where(I, X, 0):
-    # X's diagonal for every X (the branch itself is NaN where X holds an Inf off the diagonal, and
-    # the cond's default branch, a gather, is not a form rules read); diag_dot then rewrites it
-    out = []
-    eye = Tensor.convert_element_type(M, V.d)
+    # x = X[i, i] (jnp.diagonal, a platform cond: diagonal_of) -> Σ_0 where(I, X, 0), I = (iota0 ==
+    # iota1): X's diagonal for every X (Σ_0 I∘X, the Mosaic branch, is NaN where X holds an Inf off
+    # the diagonal); diag_dot then rewrites the diagonal of a product
+    iota0, iota1 = (Tensor.iota("int32", V.so, dim) for dim in (0, 1))
     zeros = Tensor.broadcast_in_dim(Tensor.scalar(0, 1, V.d), V.so, Vec[i64].empty())
-    for masked in (Tensor.mul(eye, X), Tensor.mul(X, eye)):
-        conds = (is_eye_mask(M), eq(V.so).to(shape(M)), eq(shape(X)).to(V.so), eq(dtype(X)).to(V.d))
-        out.append(
-            rule(platform_branch(x, sum_(masked, _axes(0))), *conds, *same_dtype(x)).then(
-                union(x).with_(sum_(Tensor.select_n(M, zeros, X), _axes(0)))
-            )
-        )
-    return out
+    masked = Tensor.select_n(Tensor.binary("eq", iota0, iota1), zeros, X)
+    conds = (eq(V.so).to(shape(X)), rank(X, 2), eq(dtype(X)).to(V.d), ne(V.d).to(String("bool")))
+    return [rule(diagonal_of(x, X), *conds).then(union(x).with_(sum_(masked, _axes(0))))]
 
 
 def _diagonal_example(rng, dt):
@@ -247,8 +241,8 @@ _reg(
     "jnp.diagonal(X) (a platform cond) -> Σ_0 where(I, X, 0)",
     False,
     _platform_diagonal,
-    "a platform-dependent cond one of whose branches sums I∘X over axis 0 (I an identity built in the "
-    "program, X square); one dtype (exact but for the sign of a zero on the diagonal)",
+    "a platform-dependent cond whose branch for this platform gathers X[i, i] (checked when encoded), X "
+    "square, not bool (exact but for the sign of a zero on the diagonal)",
     _diagonal_example,
 )
 

@@ -77,8 +77,8 @@ def test_jnp_diagonal_of_a_product_is_an_elementwise_sum():
 
 def test_a_diagonal_kept_by_a_rewritten_program_is_read_as_jax_jit_reads_it():
     # the cond's Mosaic branch, Σ_0 I∘X, is NaN in every column where X holds an Inf off the
-    # diagonal; the cond is a gather, which reads the diagonal alone. A program rewritten elsewhere
-    # (the chain) keeps jax.jit's finite diagonal, and a diagonal of a product with an Inf off its
+    # diagonal; the gather run here reads the diagonal alone. A program rewritten elsewhere (the
+    # chain) keeps jax.jit's finite diagonal, and a diagonal of a product with an Inf off its
     # diagonal is finite where jax.jit's is
     rng = np.random.default_rng(3)
     x = np.array(_rand(rng, 48, 48))
@@ -103,3 +103,44 @@ def test_an_identity_product_written_out_is_not_read_as_a_diagonal_under_default
     a, b = _rand(rng, 32, 32), _rand(rng, 32, 32)
     opt = optimized(lambda a, b: (jnp.eye(32, dtype=a.dtype) * (a @ b)).sum(0), (a, b))
     assert "reduce.platform_diagonal" not in opt.report.rules_fired and opt.dots == 1
+
+
+def _platform_cond(default):
+    """A user's platform_dependent whose TPU branch is the diagonal (Σ_0 I∘X) and whose branch run
+    here is `default`: jax runs one branch and does not make them agree."""
+
+    def fn(a, b):
+        x = a @ b
+        eye = jnp.eye(x.shape[0], dtype=x.dtype)
+        return jax.lax.platform_dependent(x, tpu=lambda x: jnp.sum(eye * x, axis=0), default=default)
+
+    return fn
+
+
+def test_a_platform_cond_is_read_by_the_branch_that_runs_here():
+    # reading a platform cond's TPU branch as its value returned the diagonal on CPU where jax.jit
+    # returned column sums (a review); an anti-diagonal gather is a gather, not the diagonal
+    rng = np.random.default_rng(5)
+    a, b = _rand(rng, 6, 5), _rand(rng, 5, 6)
+    idx = jnp.arange(6)
+    for default in (lambda x: jnp.sum(x, axis=0), lambda x: x[idx, 5 - idx], lambda x: x[idx, idx] * 2):
+        f = _platform_cond(default)
+        opt = optimized(f, (a, b))
+        assert "reduce.platform_diagonal" not in opt.report.rules_fired
+        np.testing.assert_allclose(opt.fn(a, b)[0], jax.jit(f)(a, b), rtol=1e-5, atol=1e-5)
+    # the diagonal here too, its indices made in the branch: read as one
+    diagonal = _platform_cond(lambda x: x[jnp.arange(6), jnp.arange(6)])
+    assert optimized(diagonal, (a, b)).report.rules_fired["reduce.platform_diagonal"] == 1
+
+
+def test_a_diagonal_is_one_equation_to_report_and_explain():
+    # the first form encoded the cond's branches as equations of the program: report counted 10 of
+    # 8 and explain's mapping from equations to lines failed on every program with a jnp.diagonal
+    import jaxrw
+
+    a, b = jnp.ones((4, 5)), jnp.ones((5, 4))
+    f = lambda a, b: jnp.diagonal(a @ b)  # noqa: E731
+    # the dot, and jnp.diagonal's iota, iota, add, eq, convert, platform_index and cond
+    assert jaxrw.optimize(f).report(a, b).n_equations == 8
+    text = str(jaxrw.explain(f, a, b))
+    assert "mapping failed" not in text and "platform_diagonal" in text
