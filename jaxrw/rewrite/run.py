@@ -133,7 +133,7 @@ def _register(eg: Any, rs: Any) -> None:
     """Add the rules of ruleset `rs` to `eg` in one batch of egglog commands. egglog-python does
     it at the ruleset's first run, one batch per rule, and each batch costs more the more global
     names the e-graph holds (the encoder's lets, one per equation): an RNN gradient of 8,400
-    equations, rewrite phase 4.1 -> 3.7 s idle (7.1 -> 4.1 s on a loaded host). They are still
+    equations, rewrite phase 4.8-5.1 -> 3.7-4.4 s (bench/large_program_cpu.py). They are still
     added after the program is loaded:
     added before it, the rules searched a sum of 16 scaled products 11x longer (62 s to the time
     limit, against 5.5 s; tests/rewrite/rules/test_limits.py): the cause inside egglog is not known."""
