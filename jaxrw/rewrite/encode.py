@@ -25,6 +25,7 @@ from . import nonfinite
 from .effects import loops_only
 from .egg_source import EggSource, Str, Sym, Vec, ivec, ref_of
 from .lease import program_egraph
+from .platform_conds import constant_value, gathered_diagonal, running_branch
 from .primitives import (
     BINARY,
     BODY_ELEMENTWISE,
@@ -259,22 +260,30 @@ class _Encoder:
                     self.note_type(o, v.aval)
                     self.note_position(o, lvl)
                 if own and eqn.params.get("branches_platforms") and name == "cond":
-                    self.diagonal_cond(eqn, ins, outs)
+                    self.platform_cond(eqn, ins, outs)
             for v, o in zip(eqn.outvars, outs, strict=True):
                 if not compat.is_dropvar(v):
                     env[v] = o
         return [self.read(env, v) for v in jaxpr.outvars]
 
-    def diagonal_cond(self, eqn: Any, ins: list[Sym], outs: list[Sym]) -> None:
-        """jnp.diagonal of a square matrix is a platform-dependent cond in jax 0.12 (a gather by
-        default, Σ_0 I∘x for Mosaic), opaque here. Where the branch this platform runs gathers
-        x[i, i] of an operand x (its indices, computed from iotas, are evaluated to check), its
-        first output is recorded as `diagonal_of(out, x)` (rules/reduce.py platform_diagonal).
-        Other branches are not read: jax runs only one, and need not make them agree."""
+    def platform_cond(self, eqn: Any, ins: list[Sym], outs: list[Sym]) -> None:
+        """A platform-dependent cond (jnp.diagonal of a square matrix in jax 0.12: a gather by
+        default, Σ_0 I∘x for Mosaic) is opaque here; what the branch this platform runs computes
+        is read where it is known. Where it gathers x[i, i] of an operand x (its indices, made
+        from iotas, are evaluated to check), its first output is `diagonal_of(out, x)`
+        (rules/reduce.py platform_diagonal); an output that depends on no operand (the indices,
+        a residual under jax.grad) is that constant, so the cond need not stay for it. Other
+        branches are not read: jax runs only one, and need not make them agree."""
         branch = running_branch(eqn)
-        k = None if branch is None else gathered_diagonal(branch)
+        if branch is None:
+            return
+        k = gathered_diagonal(branch)
         if k is not None:
             self.src.add(self.t(diagonal_of, outs[0], ins[1 + k]))
+        for out, var in zip(outs, branch.jaxpr.outvars, strict=True):
+            value = constant_value(branch.jaxpr, list(branch.consts), var)
+            if value is not None:
+                self.src.add(f"(union {out} {self.const(value, var.aval, literal=False)})")
 
     def equation(self, eqn: Any, ins: list[Sym], own: bool = True) -> list[Sym]:
         """Terms for one equation's outputs (opaque unless `own`: a primitive jax.lax's by name only,
@@ -467,71 +476,6 @@ def _freeze(x: Any) -> Any:
         return ("dtype", str(x))
     hash(x)
     return x
-
-
-_GPU_PLATFORMS = ("cuda", "rocm", "gpu")
-
-
-def running_branch(eqn: Any) -> Any:
-    """The branch of a platform-dependent cond that jax runs on the default backend: the one
-    naming the platform, else the default one (None in `branches_platforms`); None if unclear."""
-    backend = jax.default_backend()
-    names = _GPU_PLATFORMS if backend in _GPU_PLATFORMS else (backend,)
-    named = [i for i, p in enumerate(eqn.params["branches_platforms"]) if p and set(p) & set(names)]
-    default = [i for i, p in enumerate(eqn.params["branches_platforms"]) if p is None]
-    chosen = named or default
-    return eqn.params["branches"][chosen[0]] if len(chosen) == 1 else None
-
-
-def gathered_diagonal(branch: Any) -> int | None:
-    """k where `branch`'s first output is x[i, i] of its square operand k (a gather of the
-    diagonal, jnp.diagonal's default form), else None."""
-    jaxpr = branch.jaxpr
-    out = jaxpr.outvars[0] if jaxpr.outvars else None
-    eqn = next((e for e in jaxpr.eqns if out in e.outvars), None)
-    if eqn is None or eqn.primitive.name != "gather" or eqn.invars[0] not in jaxpr.invars:
-        return None
-    shape_x = tuple(eqn.invars[0].aval.shape)
-    dims = eqn.params["dimension_numbers"]
-    square = len(shape_x) == 2 and shape_x[0] == shape_x[1] and tuple(out.aval.shape) == shape_x[:1]
-    plain = (
-        tuple(dims.offset_dims) == ()
-        and tuple(dims.collapsed_slice_dims) == (0, 1)
-        and tuple(dims.start_index_map) == (0, 1)
-        and not tuple(getattr(dims, "operand_batching_dims", ()))
-        and tuple(eqn.params["slice_sizes"]) == (1, 1)
-    )
-    if not (square and plain):
-        return None
-    indices = _constant(jaxpr, list(branch.consts), eqn.invars[1])
-    n = shape_x[0]
-    if indices is None or indices.shape != (n, 2) or not (indices == np.arange(n)[:, None]).all():
-        return None
-    return jaxpr.invars.index(eqn.invars[0])
-
-
-def _constant(jaxpr: Any, consts: list, var: Any) -> np.ndarray | None:
-    """The value of `var` where it depends on no input of `jaxpr` (iotas, literals, constants),
-    evaluated now; else None."""
-    producers = {v: e for e in jaxpr.eqns for v in e.outvars}
-    env = dict(zip(jaxpr.constvars, consts, strict=True))
-
-    def value(v: Any) -> Any:
-        if compat.is_literal(v):
-            return v.val
-        if v not in env:
-            e = producers.get(v)
-            if e is None or e.effects or e.params.get("branches") is not None:
-                raise LookupError(v)  # an input, or nothing to evaluate here
-            res = e.primitive.bind(*[value(x) for x in e.invars], **e.params)
-            env.update(zip(e.outvars, res if e.primitive.multiple_results else [res], strict=True))
-        return env[v]
-
-    try:
-        with jax.ensure_compile_time_eval():
-            return np.asarray(value(var))
-    except LookupError:
-        return None
 
 
 def encode(

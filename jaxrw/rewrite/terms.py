@@ -243,7 +243,7 @@ plain_cfg = relation("plain_cfg", i64, String)
 joined = relation("joined", Tensor, Tensor)
 # diagonal_of(t, x): t = x[i, i] for a square x, where jnp.diagonal is a platform-dependent cond
 # (jax 0.12) the e-graph cannot read: the encoder checked that the branch run here gathers exactly
-# the diagonal (encode.py `diagonal_cond`); rules/reduce.py platform_diagonal states it as a sum
+# the diagonal (encode.py `platform_cond`); rules/reduce.py platform_diagonal states it as a sum
 diagonal_of = relation("diagonal_of", Tensor, Tensor)
 
 

@@ -144,3 +144,17 @@ def test_a_diagonal_is_one_equation_to_report_and_explain():
     assert jaxrw.optimize(f).report(a, b).n_equations == 8
     text = str(jaxrw.explain(f, a, b))
     assert "mapping failed" not in text and "platform_diagonal" in text
+
+
+def test_the_gradient_of_a_diagonal_of_a_product_drops_the_forward_product():
+    # under jax.grad jnp.diagonal's cond also returns its gather indices (a residual for the
+    # backward scatter): the cond, and so A @ B, stayed for them. They depend on no operand: the
+    # constant they are stands in for them, and A @ B goes (3 dots -> 2)
+    rng = np.random.default_rng(6)
+    a, b = _rand(rng, 64, 64), _rand(rng, 64, 64)
+    f = jax.grad(lambda a, b: jnp.sum(jnp.diagonal(a @ b) ** 2), argnums=(0, 1))
+    opt = optimized(f, (a, b))
+    assert opt.dots == 2 and opt.report.rules_fired["reduce.diag_dot"] > 0
+    want = f(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    for got, ref in zip(opt.fn(a, b), want, strict=True):
+        assert np.abs(np.asarray(got, np.float64) - ref).max() < 1e-4 * np.abs(ref).max()
