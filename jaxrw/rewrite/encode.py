@@ -514,7 +514,6 @@ def encode(
         if i in cone_outputs:
             enc.src.set(nonfinite.cone, t, to=1)
     enc.src.set(cfg_dtype, DEFAULT_CFG, to=Str(""))
-    symbols = frozenset({*enc.src.refs, ref_of(float_dtype)})  # float_dtype: new_egraph's rows
     enc.src.flush()
     eg = enc.egraph
     return Program(
@@ -530,7 +529,7 @@ def encode(
         primitives=enc.primitives,
         const_is_arg=enc.const_is_arg,
         eqn_fns=enc.eqn_fns,
-        symbols=symbols,
+        symbols=frozenset({*enc.src.refs, ref_of(float_dtype)}),  # float_dtype: new_egraph's rows
         dots=enc.dots,
         rows=enc.rows,
         stacks=enc.stacks,

@@ -134,9 +134,9 @@ def _register(eg: Any, rs: Any) -> None:
     it at the ruleset's first run, one batch per rule, and each batch costs more the more global
     names the e-graph holds (the encoder's lets, one per equation): an RNN gradient of 8,400
     equations, rewrite phase 4.8-5.1 -> 3.7-4.4 s (bench/large_program_cpu.py). They are still
-    added after the program is loaded:
-    added before it, the rules searched a sum of 16 scaled products 11x longer (62 s to the time
-    limit, against 5.5 s; tests/rewrite/rules/test_limits.py): the cause inside egglog is not known."""
+    added after the program is loaded: added before it, the rules searched a sum of 16 scaled
+    products 11x longer (62 s to the time limit, against 5.5 s; tests/rewrite/rules/test_limits.py),
+    for a cause inside egglog not known."""
     try:  # egglog-python's internals (egglog 14): where they differ, its own way at the first run
         from egglog import bindings
         from egglog.declarations import RulesetDecl
@@ -147,10 +147,8 @@ def _register(eg: Any, rs: Any) -> None:
         state = eg._state
         ident = schedule.schedule.ruleset
         decl = state.__egg_decls__._rulesets.get(ident)
-        own_way = (
-            ident in state.rulesets or state.egglog_file_state is not None
-        )  # registered, or a transcript
-        if not isinstance(decl, RulesetDecl) or own_way:
+        registered, transcript = ident in state.rulesets, state.egglog_file_state is not None
+        if not isinstance(decl, RulesetDecl) or registered or transcript:  # its own way then
             return
         commands = [bindings.AddRuleset(span(), str(ident))]
         for rule in decl.rules:
