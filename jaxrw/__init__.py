@@ -13,6 +13,7 @@ Logging goes to the "jaxrw" logger; JAXRW_LOG=debug|info|warning attaches a stde
 
 from .api import Optimized, optimize
 from .errors import (
+    InvalidArgumentError,
     InvalidOptionError,
     JaxrwError,
     RewriteStageError,
@@ -26,6 +27,7 @@ from .rewrite.extract import register_extractor
 from .rewrite.profiles import Profile
 from .rewrite.rules import Rule, register_rule
 from .rewrite.run import Limits, RewriteReport, StopReason
+from .schedule import ScheduleUnavailableError
 
 configure_logging()
 
@@ -42,9 +44,11 @@ __all__ = [
     "StopReason",
     "JaxrwError",
     "InvalidOptionError",
+    "InvalidArgumentError",
     "RewriteStageError",
     "UnsupportedProgramError",
     "VerificationError",
+    "ScheduleUnavailableError",
     "CostModel",
     "register_cost_model",
     "register_extractor",

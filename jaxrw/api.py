@@ -122,6 +122,8 @@ class Optimized(Stages, FallBacks):
         statics = (*self.static_argnums, *self.static_argnames)
         hoisted = hoisted_arguments(self.fn, self.hoist_argnums, self.hoist_argnames, statics, self.donors)
         self.hoisted_owners, self.donated_hoisted = hoisted
+        hoist = both_spellings(self.fn, self.hoist_argnums, self.hoist_argnames)
+        self.hoist_argnums, self.hoist_argnames = hoist
         self._jitted = jax.jit(self.fn, **self._jit_options())
         self._fast = self._new_fast()
         self._prologues = KeptValues(self.max_hoist_bytes, fn_name(self.fn))
@@ -387,6 +389,8 @@ class Optimized(Stages, FallBacks):
         return entry, key, leaves
 
     def clear_cache(self) -> None:
+        """Forget every signature's program and hoisted values (as jax.jit's clear_cache): the next
+        call traces, rewrites and compiles again."""
         with self._lock:
             self._cache.clear()
             self._undonated = None

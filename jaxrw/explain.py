@@ -149,6 +149,7 @@ class Explanation(ExplanationViews):
         return d
 
     def to_json(self, **kw: Any) -> str:
+        """This explanation as JSON (`json.dumps` options in `kw`); `from_json` reads it back."""
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
@@ -163,6 +164,7 @@ class Explanation(ExplanationViews):
 
     @classmethod
     def from_json(cls, text: str) -> Explanation:
+        """The explanation `to_json` wrote."""
         return cls.from_dict(json.loads(text))
 
 

@@ -173,9 +173,10 @@ class ExplanationViews:
             )
         b, a = self.unchanged_cost
         if self.equations:
-            rows.append(
-                ("—", "unchanged", "", "", fmt_cost(b, model), fmt_cost(a, model), speedup_text(b, a))
-            )
+            # hoisted work is priced as free: its gain lands on the equations kept as written
+            hoisted = (self.report or {}).get("hoisted_bytes") and a < b
+            label = "unchanged, hoisted work free" if hoisted else "unchanged"
+            rows.append(("—", label, "", "", fmt_cost(b, model), fmt_cost(a, model), speedup_text(b, a)))
         # the program-level terms of the totals (xla_passes.program_cost): what XLA's dot merger
         # and fused kernels' shared reads (CUDA profiles), and concat links decode cannot chain,
         # add to or take from the node costs

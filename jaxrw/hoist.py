@@ -484,10 +484,11 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     by_index = param_names(opt.fn)
     given = {*pos, *names, *(by_index[i] for i in pos if i in by_index)}
     missing = [  # a donated one is not bound: each call passes it (its buffer is gone after one)
-        o
+        by_index.get(o, o)  # by name where it has one (hoisted by both spellings: named once)
         for o in (*opt.hoist_argnums, *opt.hoist_argnames)
         if o in opt.hoisted_owners and o not in given and by_index.get(o) not in given
     ]
+    missing = list(dict.fromkeys(missing))
     if missing:
         raise InvalidOptionError(f"bind: hoisted arguments {missing!r} not given; pass every argument once")
     sig = signature_of(opt.fn, follow_wrapped=False)

@@ -498,6 +498,9 @@ def test_loop_invariant_work_of_a_body_is_not_called_kept_between_calls():
     assert "moved before the loop, once per call" in text
     assert "kept between calls" not in text and "parameter sets in turn" not in text
     assert "moved before the loop" in repr(jaxrw.optimize(scanf).report(A, B, X).bodies[0])
+    # the hoisted work is priced as free, so its gain shows on the equations kept as written: that
+    # row read "unchanged" beside the whole gain (a new user's audit)
+    assert "unchanged, hoisted work free" in str(body)
 
 
 def test_explain_of_a_signature_that_fell_back_does_not_warn_again():

@@ -252,6 +252,11 @@ def test_argnums_as_jax_jit_takes_them():
         assert opt.static_argnums == (2,) and opt.static_argnames == named
         np.testing.assert_allclose(opt(A, v, 2.0), jax.jit(f, static_argnums=nums)(A, v, 2.0), rtol=1e-5)
     assert jaxrw.optimize(f, donate_argnums=-2).donate_argnums == (1,)
+    # hoisted arguments are completed the same way (the README says so; hoist_argnames=... showed
+    # hoist_argnums == (): a new user's audit)
+    by_name = jaxrw.optimize(f, hoist_argnames="A")
+    assert (by_name.hoist_argnums, by_name.hoist_argnames) == ((0,), ("A",))
+    assert jaxrw.optimize(f, hoist_argnums=-3).hoist_argnames == ("A",)
     with pytest.raises(jaxrw.JaxrwError, match="no \\*args"):
         jaxrw.optimize(lambda *xs: xs[0], static_argnums=-1)
 

@@ -327,6 +327,23 @@ def diag_product(size: str, dtype: str) -> Instance:
 
 
 @register("algebra")
+def batched_mahalanobis(size: str, dtype: str) -> Instance:
+    """vmap(diag(X P Xᵀ)): each batch's squared Mahalanobis norms as a diagonal of a product: the
+    m×m product per batch for its m numbers, where a row-wise dot of X P with X needs m·d."""
+    b, m, d = pick(size, 8, 32), pick(size, 256, 2048), pick(size, 32, 128)
+
+    def args(seed: int) -> tuple:
+        r = Rand(seed, dtype)
+        return r.normal(b, m, d), r.weight(d, b, d, d)
+
+    def hand(X, P):
+        return acc_sum((X @ P) * X, axis=2)
+
+    fn = jax.vmap(lambda X, P: jnp.diag(X @ P @ X.T))
+    return Instance(fn, args, hand=hand, shape=f"b={b} m={m} d={d}")
+
+
+@register("algebra")
 def sum_product(size: str, dtype: str) -> Instance:
     """sum(A@B): the total of a product is a dot of A's column sums with B's row sums."""
     n, args = _square(size, dtype, 2)

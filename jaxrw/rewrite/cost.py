@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -88,6 +88,11 @@ COPYING_SLICES = frozenset({"slice", "slice_nd", "dynamic_slice"})  # not bitcas
 
 @runtime_checkable
 class CostModel(Protocol):
+    """What extraction prices programs with: `node_cost(node, view)`, the cost of one e-node (an
+    operation over its children's e-classes, whose shapes and dtypes `view` holds), and a `name`.
+    Register a factory of one with `register_cost_model(name, factory)`; factory(profile) gets
+    the device's rates (jaxrw.Profile)."""
+
     name: str
 
     def node_cost(self, node: Node, view: EGraphView) -> float: ...
@@ -344,9 +349,27 @@ class FlopsBytes:
 COST_MODELS: dict[str, Callable[[Profile], CostModel]] = {"roofline": Roofline, "flops": FlopsBytes}
 
 
+_BUILT_IN_COST_MODELS = frozenset(COST_MODELS)
+
+
 def register_cost_model(name: str, factory: Callable[[Profile], CostModel]) -> None:
-    """Make `factory(profile)` available as `optimize(..., cost_model=name)`."""
+    """Make `factory(profile)` available as `optimize(..., cost_model=name)`. A name of one's own
+    may be registered again (a notebook cell run twice); a built-in one may not be replaced."""
+    check_plugin("cost model", name, factory, _BUILT_IN_COST_MODELS)
     COST_MODELS[name] = factory
+
+
+def check_plugin(kind: str, name: Any, fn: Any, built_in: frozenset[str]) -> None:
+    """Refuse a plug-in registration that would fail later: a name that is not a string or is a
+    built-in's, or something not callable."""
+    if not isinstance(name, str) or not name:
+        raise InvalidOptionError(f"a {kind} name must be a non-empty string; got {name!r}")
+    if name in built_in:
+        raise InvalidOptionError(
+            f"{name!r} is a built-in {kind} ({sorted(built_in)}); register yours under another name"
+        )
+    if not callable(fn):
+        raise InvalidOptionError(f"{kind} {name!r} must be callable; got {fn!r} of type {type(fn).__name__}")
 
 
 def get_cost_model(spec: str | CostModel, profile: Profile) -> CostModel:

@@ -25,7 +25,7 @@ from . import nonfinite
 from .effects import loops_only
 from .egg_source import EggSource, Str, Sym, Vec, ivec, ref_of
 from .lease import program_egraph
-from .platform_conds import constant_value, gathered_diagonal, running_branch
+from .platform_conds import constant_value, diagonal_gather, gathered_diagonal, running_branch
 from .primitives import (
     BINARY,
     BODY_ELEMENTWISE,
@@ -261,6 +261,8 @@ class _Encoder:
                     self.note_position(o, lvl)
                 if own and eqn.params.get("branches_platforms") and name == "cond":
                     self.platform_cond(eqn, ins, outs)
+                if own and name == "gather" and diagonal_gather(jaxpr, None, eqn):
+                    self.src.add(self.t(diagonal_of, outs[0], ins[0]))  # x[.., i, i], as platform_cond
             for v, o in zip(eqn.outvars, outs, strict=True):
                 if not compat.is_dropvar(v):
                     env[v] = o
@@ -499,6 +501,7 @@ def encode(
                 "that calls shard_map instead"
             )
         raise UnsupportedProgramError(f"programs with side effects are not rewritten (effects: {names})")
+    _refuse_symbolic_shapes(closed)
     enc = _Encoder(closed, egraph)
     enc.body_hook = body_hook
     enc.cone_outputs = cone_outputs
@@ -534,6 +537,19 @@ def encode(
         rows=enc.rows,
         stacks=enc.stacks,
     )
+
+
+def _refuse_symbolic_shapes(closed: Any) -> None:
+    """Raise UnsupportedProgramError in one line for an argument of symbolic shape (jax.export with
+    jax.export.symbolic_shape): the e-graph's shapes are numbers (jax's own error, where a size is
+    read, was three paragraphs a user took for a crash)."""
+    for i, v in enumerate(closed.jaxpr.invars):
+        shape = getattr(v.aval, "shape", ())
+        if not all(isinstance(d, (int, np.integer)) for d in shape):
+            dims = ", ".join(str(d) for d in shape)
+            raise UnsupportedProgramError(
+                f"argument {i} has a symbolic shape ({dims}): only programs of concrete shapes are rewritten"
+            )
 
 
 def _elementwise_call(eqn: Any) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import InvalidOptionError
-from .cost import CostModel
+from .cost import CostModel, check_plugin
 from .graph import EGraphView
 
 __all__ = [
@@ -467,7 +467,13 @@ Extractor = Callable[[EGraphView, dict[str, float]], Extraction]
 EXTRACTORS: dict[str, Extractor] = {"greedy": _greedy, "ilp": ilp, "tree": _tree}
 
 
+_BUILT_IN_EXTRACTORS = frozenset(EXTRACTORS)
+
+
 def register_extractor(name: str, fn: Extractor) -> None:
+    """Make `fn(view, costs) -> Extraction` available as `optimize(..., extractor=name)`. A name of
+    one's own may be registered again; a built-in one ("greedy", "ilp", "tree") may not be replaced."""
+    check_plugin("extractor", name, fn, _BUILT_IN_EXTRACTORS)
     EXTRACTORS[name] = fn
 
 

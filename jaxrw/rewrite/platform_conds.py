@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import compat
 
-__all__ = ["running_branch", "gathered_diagonal", "constant_value", "CONSTANT_ELEMENTS"]
+__all__ = ["running_branch", "gathered_diagonal", "diagonal_gather", "constant_value", "CONSTANT_ELEMENTS"]
 
 _GPU_PLATFORMS = ("cuda", "rocm", "gpu")
 
@@ -29,30 +29,42 @@ def running_branch(eqn: Any) -> Any:
 
 
 def gathered_diagonal(branch: Any) -> int | None:
-    """k where `branch`'s first output is x[i, i] of its square operand k (a gather of the
+    """k where `branch`'s first output is x[.., i, i] of its square operand k (a gather of the
     diagonal, jnp.diagonal's default form), else None."""
     jaxpr = branch.jaxpr
     out = jaxpr.outvars[0] if jaxpr.outvars else None
     eqn = next((e for e in jaxpr.eqns if out in e.outvars), None)
-    if eqn is None or eqn.primitive.name != "gather" or eqn.invars[0] not in jaxpr.invars:
+    if eqn is None or eqn.invars[0] not in jaxpr.invars:
         return None
-    shape_x = tuple(eqn.invars[0].aval.shape)
-    dims = eqn.params["dimension_numbers"]
-    square = len(shape_x) == 2 and shape_x[0] == shape_x[1] and tuple(out.aval.shape) == shape_x[:1]
-    plain = (
-        tuple(dims.offset_dims) == ()
-        and tuple(dims.collapsed_slice_dims) == (0, 1)
-        and tuple(dims.start_index_map) == (0, 1)
-        and not tuple(getattr(dims, "operand_batching_dims", ()))
-        and tuple(eqn.params["slice_sizes"]) == (1, 1)
-    )
-    if not (square and plain):
-        return None
-    indices = constant_value(jaxpr, list(branch.consts), eqn.invars[1])
-    n = shape_x[0]
-    if indices is None or indices.shape != (n, 2) or not (indices == np.arange(n)[:, None]).all():
+    if not diagonal_gather(jaxpr, list(branch.consts), eqn):
         return None
     return jaxpr.invars.index(eqn.invars[0])
+
+
+def diagonal_gather(jaxpr: Any, consts: list | None, eqn: Any) -> bool:
+    """Whether `eqn`, an equation of `jaxpr`, gathers x[.., i, i]: the diagonal of its operand's
+    last two axes, square, past any leading batch axes it takes whole (jax.vmap of jnp.diagonal,
+    jnp.diagonal(x, axis1=-2, axis2=-1)); its indices, input-independent, are evaluated to check.
+    `consts` are the values of jaxpr's constvars (None: not known here)."""
+    if eqn.primitive.name != "gather":
+        return False
+    shape_x, shape_out = tuple(eqn.invars[0].aval.shape), tuple(eqn.outvars[0].aval.shape)
+    nb = len(shape_x) - 2
+    if nb < 0 or shape_x[-1] != shape_x[-2] or shape_out != shape_x[:-1]:
+        return False
+    dims = eqn.params["dimension_numbers"]
+    plain = (
+        tuple(dims.offset_dims) == tuple(range(nb))
+        and tuple(dims.collapsed_slice_dims) == (nb, nb + 1)
+        and tuple(dims.start_index_map) == (nb, nb + 1)
+        and not tuple(getattr(dims, "operand_batching_dims", ()))
+        and tuple(eqn.params["slice_sizes"]) == (*shape_x[:nb], 1, 1)
+    )
+    if not plain:
+        return False
+    indices = constant_value(jaxpr, consts, eqn.invars[1])
+    n = shape_x[-1]
+    return indices is not None and indices.shape == (n, 2) and bool((indices == np.arange(n)[:, None]).all())
 
 
 CONSTANT_ELEMENTS = 1 << 16  # the largest value `constant_value` evaluates (and a program keeps)
@@ -62,11 +74,12 @@ def _elements(v: Any) -> int:
     return int(np.prod(getattr(v.aval, "shape", ())))
 
 
-def constant_value(jaxpr: Any, consts: list, var: Any) -> np.ndarray | None:
+def constant_value(jaxpr: Any, consts: list | None, var: Any) -> np.ndarray | None:
     """The value of `var` where it depends on no input of `jaxpr` (iotas, literals, constants)
-    and no value on the way holds more than CONSTANT_ELEMENTS, evaluated now; else None."""
+    and no value on the way holds more than CONSTANT_ELEMENTS, evaluated now; else None (also
+    where it reads a constvar and `consts` is None)."""
     producers = {v: e for e in jaxpr.eqns for v in e.outvars}
-    env = dict(zip(jaxpr.constvars, consts, strict=True))
+    env = {} if consts is None else dict(zip(jaxpr.constvars, consts, strict=True))
 
     def value(v: Any) -> Any:
         if compat.is_literal(v):

@@ -140,10 +140,12 @@ def get_profile(name: str) -> Profile:
     if name in PROFILES:
         return PROFILES[name]
     if name.endswith(".json"):
-        prof = load_profile(Path(name).expanduser())
-        if prof is None:
-            raise InvalidOptionError(f"profile {name!r} could not be loaded (see the warning)")
-        return prof
+        path = Path(name).expanduser()
+        if not path.is_file():  # not "malformed, ignored" and then an error (a new user's audit)
+            raise InvalidOptionError(
+                f"profile {name!r}: no such file (a .json profile from `jaxrw calibrate --output`)"
+            )
+        return load_profile(path, asked=True)
     raise InvalidOptionError(
         f"unknown device profile {name!r}; valid: {sorted(PROFILES)!r} or the path of a .json profile"
     )
@@ -207,8 +209,9 @@ def _flag(data: dict, key: str, default: bool) -> bool:
     return value
 
 
-def load_profile(path: Path) -> Profile | None:
-    """A profile from JSON, or None (with a warning) when the file is missing fields or malformed."""
+def load_profile(path: Path, asked: bool = False) -> Profile | None:
+    """A profile from JSON, or None (with a warning) when the file is missing fields or malformed;
+    `asked` (a profile the user named): InvalidOptionError naming the problem instead."""
     try:
         data = json.loads(path.read_text())
         prof = Profile(
@@ -234,6 +237,10 @@ def load_profile(path: Path) -> Profile | None:
             raise ValueError(problem)
         return prof
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        if asked:
+            raise InvalidOptionError(
+                f"profile {str(path)!r} could not be loaded: {type(e).__name__}: {e}"
+            ) from e
         warn_user(f"jaxrw: ignoring malformed profile {path}: {e}")
         return None
 

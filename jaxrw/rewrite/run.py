@@ -32,7 +32,7 @@ from .nonfinite import cone, exact_dtype, saturating_name, touched, unsafe_class
 from .profiles import Profile
 from .reach import analysis_rules, can_fire
 from .report import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, StopReason, bodies_row
-from .rules import Rule, select_rules
+from .rules import Rule, is_finding, select_rules
 from .terms import analysis
 from .xla_passes import program_cost
 
@@ -108,7 +108,8 @@ def saturate(
     rewrites = []
     for r in rules:
         for rw in r.rewrites(guarded):
-            decl_names[rw.decl] = r.name
+            if not is_finding(rw.decl):  # a finding rewrites nothing: not counted as fired
+                decl_names[rw.decl] = r.name
             is_late[rw.decl] = r.late
             rewrites.append(rw)
     if program.symbols:  # only rewrites that can ever match this program (reach.py)

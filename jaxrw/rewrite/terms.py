@@ -52,6 +52,7 @@ __all__ = [
     "cfg_dtype",
     "is_eye",
     "is_eye_mask",
+    "kept_diagonal",
     "positive",
     "nonneg",
     "float_dtype",
@@ -241,10 +242,15 @@ plain_cfg = relation("plain_cfg", i64, String)
 # runs next. A union written as a command of its own costs a pass over the e-graph (egglog 14:
 # 0.45 us per row; 2,000 of them on 20k rows, 3 s); as facts, one rule applies them all
 joined = relation("joined", Tensor, Tensor)
-# diagonal_of(t, x): t = x[i, i] for a square x, where jnp.diagonal is a platform-dependent cond
-# (jax 0.12) the e-graph cannot read: the encoder checked that the branch run here gathers exactly
-# the diagonal (encode.py `platform_cond`); rules/reduce.py platform_diagonal states it as a sum
+# diagonal_of(t, x): t = x[.., i, i] for an x square in its last two axes, where jnp.diagonal is a
+# gather or a platform-dependent cond (jax 0.12) the e-graph cannot read: the encoder checked that
+# it gathers exactly the diagonal (encode.py); rules/reduce.py platform_diagonal states it as a sum
 diagonal_of = relation("diagonal_of", Tensor, Tensor)
+# kept_diagonal(t, a, b, nb, form): t is the product of a and bᵀ over their last two axes (a: [.., i, k],
+# b: [.., j, k], past nb leading batch axes) kept on its diagonal, zero off it, by a mask of `form`
+# ("select": where(I, ·, 0); "eye": ·∘I, NaN off it for an Inf there). Found once per product by
+# rules/reduce.py diag_dot, whose sums over it then need no pattern per layout
+kept_diagonal = relation("kept_diagonal", Tensor, Tensor, Tensor, i64, String)
 
 
 # Groups of dots for the multi-dot merges (rules/merge.py, rules/batch.py). A group holds the
@@ -283,7 +289,9 @@ _f, _g = vars_("f g", f64)
 _ELEMENTWISE = (Tensor.add, Tensor.sub, Tensor.mul, Tensor.div)
 _TYPED_BINARY = ("max", "min", "pow")  # binary ops rules create (their dtype is the operands')
 FLOATS = ("float32", "bfloat16", "float16", "float64")
-INDEX_DTYPES = ("int32", "int64")  # iota types that hold any index of an array jax can make
+# iota types that hold any index of an array jax can make (jnp.einsum("ii->i") counts in uint32:
+# a mask of 2^32 rows would not fit in memory)
+INDEX_DTYPES = ("int32", "int64", "uint32", "uint64")
 
 
 def _set(t, s, d):
@@ -378,7 +386,7 @@ def _shape_rules():
             eq(_d).to(cfg_dtype(_cfg)),
             ne(_d).to(String("")),
         ).then(*_set(_t, _so, _d))
-    for r in (2, 3):
+    for r in (2, 3, 4):  # rules transpose the last two axes past two batch axes (reduce.diag_dot)
         out = Vec[i64](*[_sa[_perm[i]] for i in range(r)])
         yield rule(
             eq(_t).to(Tensor.transpose(_a, _perm)),

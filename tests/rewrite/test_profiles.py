@@ -166,8 +166,16 @@ def test_a_profile_saved_elsewhere_is_used_by_its_path(tmp_path):
     }
     mine = jaxrw.optimize(lambda a, b, v: a @ b @ v, profile=str(path)).report(*args).cost_before
     assert mine == cost["h200"] != cost["cpu"]
-    with pytest.raises(InvalidOptionError, match="could not be loaded"), pytest.warns(UserWarning):
-        jaxrw.optimize(lambda a: a, profile=str(tmp_path / "missing.json"))
+    # a missing file is said to be missing, with no warning that it was "malformed" and ignored
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InvalidOptionError, match="missing.json': no such file"):
+            jaxrw.optimize(lambda a: a, profile=str(tmp_path / "missing.json"))
+        (tmp_path / "bad.json").write_text('{"name": "x"}')
+        with pytest.raises(InvalidOptionError, match="bad.json' could not be loaded: KeyError"):
+            jaxrw.optimize(lambda a: a, profile=str(tmp_path / "bad.json"))
 
 
 def test_complex_and_8_bit_float_gemms_have_their_own_rates():

@@ -15,11 +15,31 @@ from typing import Any
 
 from ...errors import InvalidOptionError
 
-__all__ = ["Rule", "RULES", "register_rule", "select_rules", "families"]
+__all__ = ["Rule", "RULES", "register_rule", "select_rules", "families", "finding", "is_finding"]
+
+# egglog rules named so (`finding`) record a fact that the rule's other rewrites match: they
+# rewrite nothing themselves, and are not counted as fired (rules/reduce.py diag_dot)
+_FINDING = "finding: "
+
+
+def finding(name: str) -> str:
+    """An egglog rule name for a rule of `name`'s that only records a fact."""
+    return _FINDING + name
+
+
+def is_finding(decl: Any) -> bool:
+    """Whether an egglog rule's declaration is one named by `finding`."""
+    return (getattr(decl, "name", None) or "").startswith(_FINDING)
 
 
 @dataclass(frozen=True)
 class Rule:
+    """A rewrite rule: `name` ("<family>.<rule>"), its `family`, its `identity` in one line, whether
+    it is `exact` in floating point, `build()` returning its egglog rules, its side `conditions`
+    in words, and an `example(rng, dtype) -> (fn, args)` where it fires, which the tests check
+    against float64 in `dtypes`. The other fields say which numerics levels use it and when it
+    runs (see each one's comment)."""
+
     name: str
     family: str
     identity: str
@@ -64,15 +84,32 @@ RULES: dict[str, Rule] = {}
 _BUILT: dict[tuple[str, bool], list[Any]] = {}
 
 
+_LOADING: list[bool] = []  # set while the built-in families register themselves
+
+
 def register_rule(rule: Rule) -> Rule:
+    """Make `rule` available by its name and its family's (`optimize(..., rules=...)`). The name is
+    "<family>.<rule>" and may not be one already registered (the built-ins are loaded first, so a
+    clash is refused here, not at the first optimize)."""
     from ._util import FAST_ONLY, NONFINITE_SAFE  # the families' lists
 
+    if not _LOADING:
+        _load_families()
+        if not isinstance(rule, Rule):
+            raise InvalidOptionError(f"register_rule takes a jaxrw.Rule; got {rule!r}")
+        if not callable(rule.build):
+            raise InvalidOptionError(f"rule {rule.name!r}: build must be callable, returning egglog rules")
+        if not (isinstance(rule.name, str) and rule.name.startswith(f"{rule.family}.")):
+            raise InvalidOptionError(
+                f"rule name {rule.name!r} must be its family's name, a dot and its own "
+                f"({rule.family!r}.<name>)"
+            )
     if rule.name in FAST_ONLY and not rule.finite_only:
         rule = replace(rule, finite_only=True)
     if rule.name in NONFINITE_SAFE and not rule.nonfinite_safe:
         rule = replace(rule, nonfinite_safe=True)
     if rule.name in RULES and RULES[rule.name] != rule:
-        raise ValueError(f"rule name {rule.name!r} is already registered")
+        raise InvalidOptionError(f"rule name {rule.name!r} is already registered; choose another name")
     RULES[rule.name] = rule
     return rule
 
@@ -112,7 +149,11 @@ def select_rules(spec: str | Sequence[str] | None, numerics: str = "default") ->
 
 
 def _load_families() -> None:
-    from . import batch, dot, elementwise, merge, reduce, structured  # noqa: F401  (register on import)
+    _LOADING.append(True)
+    try:
+        from . import batch, dot, elementwise, merge, reduce, structured  # noqa: F401  (register on import)
+    finally:
+        _LOADING.pop()
 
 
 def rules_of(items: Iterable[Rule]) -> list[Any]:

@@ -1,7 +1,7 @@
 """Reductions and slices through products: compute only the part of a product that is used.
 
 Sums of a product's rows or columns become products with summed operands (1ᵀ(AB) = (1ᵀA)B),
-traces and diagonals of products become elementwise products (trace(AB) = Σ A∘Bᵀ), a row,
+traces and diagonals of products, batched too, become elementwise products (trace(AB) = Σ A∘Bᵀ), a row,
 column, element or batch slice of a product becomes a product of slices, and weighted sums that
 are really matrix-vector products become dots (so associativity can then move them inward:
 Σ_i w_i (AB)_i = (wᵀA)B). Sums created here in bf16/f16 accumulate in float32 (decode.py).
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, ne, rewrite, rule, union
 
-from ..terms import DEFAULT_CFG, Tensor, diagonal_of, dtype, is_eye, is_eye_mask, shape
+from ..terms import DEFAULT_CFG, Tensor, diagonal_of, dtype, is_eye, is_eye_mask, kept_diagonal, shape
 from ..terms import fill as fill_
-from . import Rule, register_rule
+from . import Rule, finding, register_rule
 from ._util import RING, V, rand, rank, same_dtype, sizes
 
 A, B, C, M, X, Z, E = V.A, V.B, V.C, V.M, V.X, V.Z, V.E
@@ -121,77 +121,125 @@ _reg("split_sum", "Σ_{a,b} X -> Σ_a Σ_b X", False, _split_sum, "two axes, a <
 # --- traces and diagonals ---------------------------------------------------------------------------
 
 
-def _masked(t, form):
-    """Patterns of `t` kept on the diagonal only: where(I, t, 0) ("select", jnp.trace), or t∘I
-    and I∘t ("eye": off the diagonal inf·0 is NaN there, which the rewrite does not compute)."""
+BATCHES = (0, 1, 2)  # leading batch dims of a traced or diagonal product (jax.vmap, once or twice)
+
+
+def _swap_last(nb):
+    """The permutation that swaps the last two of nb + 2 axes."""
+    return _axes(*range(nb), nb + 1, nb)
+
+
+def _masked(t, form, nb):
+    """Patterns of `t` kept on the diagonal of its last two axes only: where(I, t, 0) ("select",
+    jnp.trace), or t∘I and I∘t ("eye": off the diagonal inf·0 is NaN there, which the rewrite does
+    not compute). Past `nb` leading batch dims the mask is the identity broadcast (jax.vmap)."""
     if form == "select":
-        yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0), eq(shape(M)).to(shape(t)))
+        if nb == 0:
+            yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0), eq(shape(M)).to(shape(t)))
+        else:
+            mask = Tensor.broadcast_in_dim(M, V.sb, _axes(nb, nb + 1))
+            yield Tensor.select_n(mask, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0), eq(V.sb).to(shape(t)))
     else:  # of t's own shape: a size-1 t would broadcast (jax 0.12 does it without broadcast_in_dim)
-        yield Tensor.mul(t, E), (is_eye(E), eq(shape(E)).to(shape(t)))
-        yield Tensor.mul(E, t), (is_eye(E), eq(shape(E)).to(shape(t)))
+        eye = E if nb == 0 else Tensor.broadcast_in_dim(E, V.sb, _axes(nb, nb + 1))
+        for masked in (Tensor.mul(t, eye), Tensor.mul(eye, t)):
+            # batched, the identity may keep size-1 batch axes (x * jnp.eye(n) broadcasts it so)
+            fits = eq(shape(eye)).to(shape(t)) if nb == 0 else eq(shape(masked)).to(shape(t))
+            yield masked, (is_eye(E), fits)
 
 
 def _diag_dot(form):
-    # diag(A·B) -> Σ_k Ã∘B̃ ;  trace(A·B) -> Σ Ã∘B̃   with Ã = A or Aᵀ, B̃ = B or Bᵀ as [i, k]
+    # diag(A·B) -> Σ_k Ã∘B̃ ;  trace(A·B) -> Σ Ã∘B̃   with Ã = A or Aᵀ, B̃ = B or Bᵀ as [.., i, k],
+    # past nb leading batch axes (of jax.vmap(jnp.trace) or a trace over the last two axes). First
+    # each masked product is found (kept_diagonal), then the sums over one: a pattern per layout
+    # and sum was 540 rules, three times the rest of the rules together
     out = []
-    for lc in (0, 1):
-        for rc in (0, 1):
-            prod = dot(A, B, 0, lc, rc, c)
-            a_ = A if lc == 1 else Tensor.transpose(A, T2)
-            b_ = B if rc == 1 else Tensor.transpose(B, T2)
-            hadamard = Tensor.mul(a_, b_)
-            # the products in float32, as the dot makes them: a float16 program summed in float32
-            # may take this form too (its products cannot overflow there)
-            wide = Tensor.mul(*(Tensor.convert_element_type(t, F32) for t in (a_, b_)))
-            conds = (rank(A, 2), rank(B, 2), *same_dtype(A, B, prod))
-            for masked, extra in _masked(prod, form):
-                for axes, new_axes, trace in (
-                    (_axes(0, 1), _axes(0, 1), True),
-                    (_axes(0), _axes(1), False),
-                    (_axes(1), _axes(1), False),
-                ):
-                    plain, *upcasts = _sum_of(masked, axes, LOW)
-                    for (lhs, _, only), low in zip(upcasts, LOW, strict=True):
-                        rhs = _diagonal_sum(wide, low) if trace else _diagonal(wide, low)
-                        out.append(rewrite(lhs).to(rhs, *conds, *extra, *only))
-                    # summed in its own dtype: the new, longer sum accumulates in float32 for
-                    # bf16/f16 (it lands in the program's class, where decode would not upcast)
-                    lhs, _, _ = plain
-                    high = tuple(ne(V.d).to(String(n)) for n in (*LOW, *NARROWER))
-                    out.append(rewrite(lhs).to(sum_(hadamard, new_axes), *conds, *extra, *high))
-                    for low in LOW:  # float16 products overflow where the dot's float32 ones do not
-                        acc = _diagonal_sum(wide, low) if trace else sum_(wide, new_axes)
-                        acc = Tensor.convert_element_type(acc, low)
-                        out.append(rewrite(lhs).to(acc, *conds, *extra, eq(V.d).to(String(low))))
+    for nb in BATCHES:
+        i_, k_ = nb, nb + 1  # the diagonal's axis and the summed one, after the batch axes
+        for lc in (i_, k_):
+            for rc in (i_, k_):
+                prod = dot(A, B, nb, lc, rc, c)
+                a_ = A if lc == k_ else Tensor.transpose(A, _swap_last(nb))
+                b_ = B if rc == k_ else Tensor.transpose(B, _swap_last(nb))
+                conds = (rank(A, nb + 2), rank(B, nb + 2), *same_dtype(A, B, prod))
+                for j, (masked, extra) in enumerate(_masked(prod, form, nb)):
+                    found = kept_diagonal(masked, a_, b_, i64(nb), String(form))
+                    name = finding(f"reduce.diag_dot {form} {nb} {lc} {rc} {j}")
+                    out.append(rule(eq(x).to(masked), *conds, *extra, name=name).then(found))
+    return out + _diagonal_sums(form)
+
+
+def _diagonal_sums(form):
+    """The sums over a kept diagonal (the trace, and the diagonal summed over either axis) as
+    elementwise products of the operands, in float32 for bf16/f16 as the dot computes them."""
+    out = []
+    nb = V.nb
+    a_, b_ = V.Y, V.S  # [.., i, k] and [.., j, k]
+    hadamard = Tensor.mul(a_, b_)
+    # the products in float32, as the dot makes them: a float16 program summed in float32
+    # may take this form too (its products cannot overflow there)
+    wide = Tensor.mul(*(Tensor.convert_element_type(t, F32) for t in (a_, b_)))
+    found = (kept_diagonal(M, a_, b_, nb, String(form)), eq(dtype(M)).to(V.d))
+    diagonal_axes = Vec[i64](nb + 1)
+    for axes, trace in ((Vec[i64](nb, nb + 1), True), (Vec[i64](nb), False), (diagonal_axes, False)):
+        new_axes = axes if trace else diagonal_axes
+        plain, *upcasts = _sum_of(M, V.dims, LOW)
+        at = (eq(V.dims).to(axes),)
+        for (lhs, _, only), low in zip(upcasts, LOW, strict=True):
+            rhs = _diagonal_sum(wide, low, nb) if trace else _diagonal(wide, low, nb)
+            out.append(rule(eq(x).to(lhs), *found, *at, *only).then(union(x).with_(rhs)))
+        # summed in its own dtype: the new, longer sum accumulates in float32 for
+        # bf16/f16 (it lands in the program's class, where decode would not upcast)
+        lhs, _, _ = plain
+        high = tuple(ne(V.d).to(String(n)) for n in (*LOW, *NARROWER))
+        out.append(rule(eq(x).to(lhs), *found, *at, *high).then(union(x).with_(sum_(hadamard, new_axes))))
+        for low in LOW:  # float16 products overflow where the dot's float32 ones do not
+            acc = _diagonal_sum(wide, low, nb) if trace else sum_(wide, new_axes)
+            acc = Tensor.convert_element_type(acc, low)
+            out.append(rule(eq(x).to(lhs), *found, *at, eq(V.d).to(String(low))).then(union(x).with_(acc)))
     return out
 
 
-def _diagonal(wide, low):
-    """diag(A·B) in float32 from its float32 products [i, k], rounded to `low` on the way as the
-    dot rounds it: an entry over float16's range is Inf, as jax.jit's (a new user's float16
+def _diagonal(wide, low, nb):
+    """diag(A·B) in float32 from its float32 products [.., i, k], rounded to `low` on the way as
+    the dot rounds it: an entry over float16's range is Inf, as jax.jit's (a new user's float16
     trace was finite, summed straight from the products, where jax.jit's was NaN)."""
-    return Tensor.convert_element_type(Tensor.convert_element_type(sum_(wide, _axes(1)), low), F32)
+    rounded = Tensor.convert_element_type(sum_(wide, Vec[i64](nb + 1)), low)
+    return Tensor.convert_element_type(rounded, F32)
 
 
-def _diagonal_sum(wide, low):
+def _diagonal_sum(wide, low, nb):
     """trace(A·B) in float32: the sum of `_diagonal`."""
-    return sum_(_diagonal(wide, low), _axes(0))
+    return sum_(_diagonal(wide, low, nb), Vec[i64](nb))
 
 
 def _trace_example(rng, dt):
+    import jax
     import jax.numpy as jnp
 
-    n_, k_ = sizes(rng, 2)
+    n_, k_, b_ = sizes(rng, 3, hi=24)
     a, b = rand(rng, (n_, k_), dt), rand(rng, (k_, n_), dt)
+    batched = rand(rng, (b_, n_, k_), dt), rand(rng, (b_, k_, n_), dt)
+    twice = rand(rng, (2, 3, k_, n_), dt), rand(rng, (2, 3, n_, k_), dt)
 
-    def f(a_, b_):
+    def f(a_, b_, batched, twice):
         from jax import lax
 
         eye = jnp.eye(n_, dtype=a_.dtype)
         direct = lax.reduce_sum((a_ @ b_) * eye, (0, 1))  # summed in its own dtype, even bf16
-        return jnp.trace(a_ @ b_), ((b_.T @ a_.T) * eye).sum(1), (eye * (a_ @ b_)).sum(0), direct
+        bp = batched[0] @ batched[1]
+        along = jnp.einsum("...ki,...jk->...ij", *twice)  # two batch axes, both operands [k, i]
+        return (
+            jnp.trace(a_ @ b_),
+            ((b_.T @ a_.T) * eye).sum(1),
+            (eye * (a_ @ b_)).sum(0),
+            direct,
+            jax.vmap(jnp.trace)(bp),
+            jnp.einsum("bii->bi", bp),
+            (bp * eye).sum(2),
+            jax.vmap(jax.vmap(jnp.trace))(along),
+        )
 
-    return f, (a, b)
+    return f, (a, b, batched, twice)
 
 
 _reg(
@@ -199,7 +247,8 @@ _reg(
     "trace(AB) -> Σ A∘Bᵀ, diag(AB) -> Σ_k A∘Bᵀ",
     False,
     lambda: _diag_dot("select"),
-    "2-D operands; the diagonal selected by where(I, ·, 0) with I built in the program; one dtype",
+    "operands 2-D past up to two leading batch axes (jax.vmap); the diagonal of the last two selected by "
+    "where(I, ·, 0) with I built in the program (broadcast past the batch axes); one dtype",
     _trace_example,
 )
 _reg(
@@ -207,21 +256,29 @@ _reg(
     "Σ (AB)∘I -> Σ A∘Bᵀ (and the diagonal)",
     False,
     lambda: _diag_dot("eye"),
-    "2-D operands; the diagonal selected by a product with an identity built in the program; one dtype "
-    "(an inf off the diagonal gave NaN before, a finite value after)",
+    "operands 2-D past up to two leading batch axes; the diagonal selected by a product with an identity "
+    "built in the program; one dtype (an inf off the diagonal gave NaN before, a finite value after)",
     _trace_example,
 )
 
 
 def _platform_diagonal():
-    # x = X[i, i] (jnp.diagonal, a platform cond: diagonal_of) -> Σ_0 where(I, X, 0), I = (iota0 ==
-    # iota1): X's diagonal for every X (Σ_0 I∘X, the Mosaic branch, is NaN where X holds an Inf off
-    # the diagonal); diag_dot then rewrites the diagonal of a product
-    iota0, iota1 = (Tensor.iota("int32", V.so, dim) for dim in (0, 1))
-    zeros = Tensor.broadcast_in_dim(Tensor.scalar(0, 1, V.d), V.so, Vec[i64].empty())
-    masked = Tensor.select_n(Tensor.binary("eq", iota0, iota1), zeros, X)
-    conds = (eq(V.so).to(shape(X)), rank(X, 2), eq(dtype(X)).to(V.d), ne(V.d).to(String("bool")))
-    return [rule(diagonal_of(x, X), *conds).then(union(x).with_(sum_(masked, _axes(0))))]
+    # x = X[.., i, i] (jnp.diagonal: a platform cond or a gather, diagonal_of) -> Σ_nb where(I, X, 0),
+    # I = (iota0 == iota1), broadcast past nb batch axes: X's diagonal for every X (Σ I∘X, the
+    # Mosaic branch, is NaN where X holds an Inf off the diagonal); diag_dot then rewrites the
+    # diagonal of a product
+    out = []
+    for nb in BATCHES:
+        square = Vec[i64](V.so[nb], V.so[nb]) if nb else V.so
+        iota0, iota1 = (Tensor.iota("int32", square, dim) for dim in (0, 1))
+        mask = Tensor.binary("eq", iota0, iota1)
+        if nb:
+            mask = Tensor.broadcast_in_dim(mask, V.so, _axes(nb, nb + 1))
+        zeros = Tensor.broadcast_in_dim(Tensor.scalar(0, 1, V.d), V.so, Vec[i64].empty())
+        masked = Tensor.select_n(mask, zeros, X)
+        conds = (eq(V.so).to(shape(X)), rank(X, nb + 2), eq(dtype(X)).to(V.d), ne(V.d).to(String("bool")))
+        out.append(rule(diagonal_of(x, X), *conds).then(union(x).with_(sum_(masked, _axes(nb)))))
+    return out
 
 
 def _diagonal_example(rng, dt):
@@ -238,11 +295,12 @@ def _diagonal_example(rng, dt):
 
 _reg(
     "platform_diagonal",
-    "jnp.diagonal(X) (a platform cond) -> Σ_0 where(I, X, 0)",
+    "jnp.diagonal(X) (a platform cond or a gather) -> Σ_0 where(I, X, 0)",
     False,
     _platform_diagonal,
-    "a platform-dependent cond whose branch for this platform gathers X[i, i] (checked when encoded), X "
-    "square, not bool (exact but for the sign of a zero on the diagonal)",
+    "a gather of X[.., i, i], or a platform-dependent cond whose branch for this platform is one (checked "
+    "when encoded), X square in its last two axes past up to two batch axes, not bool (exact but for the "
+    "sign of a zero on the diagonal)",
     _diagonal_example,
 )
 

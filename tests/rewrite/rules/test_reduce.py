@@ -158,3 +158,58 @@ def test_the_gradient_of_a_diagonal_of_a_product_drops_the_forward_product():
     want = f(np.asarray(a, np.float64), np.asarray(b, np.float64))
     for got, ref in zip(opt.fn(a, b), want, strict=True):
         assert np.abs(np.asarray(got, np.float64) - ref).max() < 1e-4 * np.abs(ref).max()
+
+
+def _batched_diagonals():
+    """Batched traces and diagonals of batched products, as jax.vmap and axis arguments write them
+    (a full batched product each before: n³ per batch where n² does)."""
+    trace, diagonal = jnp.trace, jnp.diagonal
+    return {
+        "vmap(trace)": lambda a, b: jax.vmap(trace)(a @ b),
+        "trace(axis1=1, axis2=2)": lambda a, b: trace(a @ b, axis1=1, axis2=2),
+        "einsum('bii->bi')": lambda a, b: jnp.einsum("bii->bi", a @ b),
+        "vmap(diagonal)": lambda a, b: jax.vmap(diagonal)(a @ b),
+        "diagonal(axis1=-2, axis2=-1)": lambda a, b: diagonal(a @ b, axis1=-2, axis2=-1),
+        "vmap(diag) of transposes": lambda a, b: jax.vmap(jnp.diag)(b.mT @ a.mT),
+        "vmap(vmap(trace))": lambda a, b: jax.vmap(jax.vmap(trace))(
+            a.reshape(2, 3, 48, 24) @ b.reshape(2, 3, 24, 48)
+        ),
+    }
+
+
+def test_batched_traces_and_diagonals_of_products_are_elementwise_sums():
+    rng = np.random.default_rng(7)
+    a, b = _rand(rng, 6, 48, 24), _rand(rng, 6, 24, 48)
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    for name, f in _batched_diagonals().items():
+        opt = optimized(f, (a, b))
+        assert opt.dots == 0, (name, opt.report.rules_fired)
+        want = np.asarray(f(a64, b64))
+        got = np.asarray(opt.fn(a, b)[0], np.float64)
+        assert np.abs(got - want).max() < 1e-4 * np.abs(want).max(), name
+
+
+def test_a_batched_product_with_the_identity_is_a_diagonal_under_fast_numerics_only():
+    rng = np.random.default_rng(8)
+    a, b = _rand(rng, 5, 32, 16), _rand(rng, 5, 16, 32)
+    f = lambda a, b: ((a @ b) * jnp.eye(32, dtype=a.dtype)).sum(2)  # noqa: E731  eye broadcast [1, n, n]
+    assert optimized(f, (a, b)).dots == 1  # Inf·0 off the diagonal is NaN as written
+    opt = optimized(f, (a, b), numerics="fast")
+    assert opt.dots == 0 and opt.report.rules_fired["reduce.diag_dot_eye"] > 0
+    np.testing.assert_allclose(opt.fn(a, b)[0], jax.jit(f)(a, b), rtol=1e-4, atol=1e-4)
+
+
+def test_a_gather_that_is_not_the_diagonal_stays_a_gather():
+    # the anti-diagonal, a shifted diagonal and a diagonal of a non-square batch are gathers too
+    rng = np.random.default_rng(9)
+    a, b = _rand(rng, 4, 12, 6), _rand(rng, 4, 6, 12)
+    idx = jnp.arange(12)
+    for f in (
+        lambda a, b: (a @ b)[:, idx, 11 - idx],
+        lambda a, b: jnp.diagonal(a @ b, offset=1, axis1=1, axis2=2),
+        lambda a, b: jnp.diagonal((a @ b)[:, :, :10], axis1=1, axis2=2),
+        lambda a, b: jnp.diagonal(a @ b, axis1=0, axis2=1),
+    ):
+        opt = optimized(f, (a, b))
+        assert "reduce.platform_diagonal" not in opt.report.rules_fired
+        np.testing.assert_allclose(opt.fn(a, b)[0], jax.jit(f)(a, b), rtol=1e-5, atol=1e-5)
