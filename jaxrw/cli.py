@@ -263,7 +263,7 @@ def _footer(console: Any, result: dict, opts: Any) -> None:
     limit = opts.round_limit()
     more = f" (up to {limit} where a speedup's interval straddled 0.98x)" if limit > opts.repeats else ""
     console.print(
-        f"[dim]{len(result['cases'])} cases in {result['meta']['total_s']:.0f} s. Times: medians of "
+        f"[dim]{_ran(result['cases'])} in {result['meta']['total_s']:.0f} s. Times: medians of "
         f"{opts.repeats} interleaved samples{more}. speedup: jax.jit time / jaxrw time; in jit: jaxrw "
         "called inside an outer jax.jit; hand: hand-optimized (its geomean over the cases that have one, "
         "counted where fewer). rel err: against float64.[/dim]"
@@ -285,6 +285,15 @@ def _footer(console: Any, result: dict, opts: Any) -> None:
             console.print(f"{s['suite']}/{s['dtype']}: " + "; ".join(said))
     if result["meta"].get("jaxrw_disabled"):
         console.print("[yellow]JAXRW_DISABLE was set: the jaxrw column timed jax.jit's program.[/yellow]")
+
+
+def _ran(cases: list[dict]) -> str:
+    """'N cases run', with how many were skipped (budget, Ctrl-C, heavy): the records hold both,
+    and counting them all as run said "26 cases" where 2 had run."""
+    skipped = sum(r["status"] == "skipped" for r in cases)
+    ran = len(cases) - skipped
+    text = f"{ran} case{'' if ran == 1 else 's'} run"
+    return text + (f" ({skipped} skipped)" if skipped else "")
 
 
 def _json_default(x: object) -> object:

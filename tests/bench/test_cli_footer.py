@@ -1,0 +1,44 @@
+"""What `jaxrw bench` prints under its table: counts of cases run and skipped, and the verdict line
+at 0.98x (on fake records: no case is timed here)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from jaxrw import cli
+from jaxrw.bench import runner
+from jaxrw.bench.report import summarize_suites
+
+
+def _ok(case: str, rounds: int = 6) -> dict:
+    return {
+        "suite": "algebra",
+        "case": case,
+        "dtype": "float32",
+        "status": "ok",
+        "notes": [],
+        "speedup": 2.0,
+        "variants": {
+            "jax.jit": {"median_s": 2.0, "samples_s": [2.0] * rounds},
+            "jaxrw": {"median_s": 1.0, "samples_s": [1.0] * rounds},
+        },
+    }
+
+
+def _skipped(case: str) -> dict:
+    return {"suite": "algebra", "case": case, "dtype": "float32", "status": "skipped", "notes": ["budget"]}
+
+
+def footer(cases: list[dict], opts: runner.Options) -> str:
+    console = Console(record=True, width=400)
+    result = {"meta": {"total_s": 4.0}, "cases": cases, "summary": summarize_suites(cases)}
+    cli._footer(console, result, opts)
+    return console.export_text()
+
+
+def test_footer_counts_the_cases_run_and_skipped():
+    # `--budget 3` printed "26 cases in 4 s" where 2 had run and 24 were skipped
+    cases = [_ok("a"), _ok("b"), *[_skipped(f"s{i}") for i in range(24)]]
+    text = footer(cases, runner.Options(size="small", repeats=5))
+    assert "2 cases run (24 skipped) in 4 s." in text and "26 cases" not in text
+    assert "1 case run in 4 s." in footer([_ok("a")], runner.Options(size="small", repeats=5))
