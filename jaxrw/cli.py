@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sample-ms",
         type=_nonneg_float,
         default=None,
-        help="target length of one sample in ms (default: 10 on CPU, 20 on GPU)",
+        help="target length of one sample in ms; a sample is never less than one call, so 0 times one "
+        "call per sample (default: 10 on CPU, 20 on GPU)",
     )
     b.add_argument(
         "--opt-timeout",

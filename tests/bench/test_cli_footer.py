@@ -1,5 +1,5 @@
-"""What `jaxrw bench` prints under its table: counts of cases run and skipped, and the verdict line
-at 0.98x (on fake records: no case is timed here)."""
+"""What `jaxrw bench` prints under its table (counts of cases run and skipped, the verdict line at
+0.98x; on fake records, no case is timed here) and what its options mean at their edges."""
 
 from __future__ import annotations
 
@@ -42,3 +42,14 @@ def test_footer_counts_the_cases_run_and_skipped():
     text = footer(cases, runner.Options(size="small", repeats=5))
     assert "2 cases run (24 skipped) in 4 s." in text and "26 cases" not in text
     assert "1 case run in 4 s." in footer([_ok("a")], runner.Options(size="small", repeats=5))
+
+
+def test_sample_ms_zero_is_one_call_per_sample_as_documented(capsys):
+    # accepted, but its meaning was undocumented (--budget and --opt-timeout say "0: none")
+    from jaxrw.rewrite.measure import measure
+
+    timings = measure({"f": (lambda: 1.0, ())}, repeats=2, sample_s=0.0, warmup=1)
+    assert timings["f"].calls == 1 and len(timings["f"].samples) == 2
+    bench = next(a for a in cli.build_parser()._actions if a.dest == "command").choices["bench"]
+    help_ = bench.format_help().replace("\n", " ")
+    assert "0 times one call per sample" in " ".join(help_.split())
