@@ -132,8 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-rounds",
         type=positive_int,
         default=None,
-        help="rounds in all while jaxrw's speedup interval straddles 0.98x (default: --repeats, at "
-        "least 6 (the fewest for a 95%% interval), at the small size; 6x --repeats at the large size)",
+        help="rounds in all while jaxrw's speedup interval straddles 0.98x; >= --repeats (default: 6x "
+        "--repeats at the large size; at the small size --repeats, raised to 6, the fewest for a 95%% "
+        "interval)",
     )
     b.add_argument(
         "--sample-ms",
@@ -183,6 +184,13 @@ def _bench(args: argparse.Namespace) -> int:
         cases = [c for c in select(args.suite, args.case) if args.dtype in c.dtypes]
     except InvalidOptionError as e:
         print(f"jaxrw bench: error: {e}", file=sys.stderr)
+        return 2
+    if args.max_rounds is not None and args.max_rounds < args.repeats:  # was raised to it silently
+        print(
+            f"jaxrw bench: error: --max-rounds {args.max_rounds} is below --repeats {args.repeats}; valid: "
+            f"an integer >= {args.repeats} (the rounds in all, the --repeats ones included)",
+            file=sys.stderr,
+        )
         return 2
     for path, option, suffixes in ((args.json, "--json", ()), (args.plot, "--plot", PLOT_SUFFIXES)):
         problem = path and output_problem(path, option, suffixes)
@@ -258,8 +266,9 @@ def _write_json(result: dict, path: str) -> None:
 def _footer(console: Any, result: dict, opts: Any) -> None:
     """What the table's cells alone do not say: units and sampling, and every case a geomean
     leaves out or that needs a second look."""
-    from .bench.report import SLOWER
+    from .bench.report import AT_LEAST, SLOWER
     from .bench.summarize import settled_line
+    from .rewrite.measure import MIN_INTERVAL_ROUNDS
 
     limit = opts.round_limit()
     more = f" (up to {limit} where a speedup's interval straddled 0.98x)" if limit > opts.repeats else ""
@@ -269,8 +278,13 @@ def _footer(console: Any, result: dict, opts: Any) -> None:
         "called inside an outer jax.jit; hand: hand-optimized (its geomean over the cases that have one, "
         "counted where fewer). rel err: against float64.[/dim]"
     )
-    if limit > opts.repeats:
+    if limit >= MIN_INTERVAL_ROUNDS:  # `--repeats 11` at the small size (limit 11) printed none
         console.print(settled_line(result["cases"]))
+    elif any(r.get("speedup") for r in result["cases"]):
+        console.print(
+            f"No verdict at {AT_LEAST}x: {limit} rounds give no 95% interval of the per-round speedup "
+            f"({MIN_INTERVAL_ROUNDS} or more do: --repeats or --max-rounds)"
+        )
     lists = (
         ("slower", f"median speedup under {SLOWER:.2f}x"),
         ("slower_new_args", f"under {SLOWER:.2f}x with new weights every call"),

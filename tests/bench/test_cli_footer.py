@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rich.console import Console
 
 from jaxrw import cli
@@ -53,3 +54,19 @@ def test_sample_ms_zero_is_one_call_per_sample_as_documented(capsys):
     bench = next(a for a in cli.build_parser()._actions if a.dest == "command").choices["bench"]
     help_ = bench.format_help().replace("\n", " ")
     assert "0 times one call per sample" in " ".join(help_.split())
+
+
+def test_max_rounds_below_repeats_is_refused(monkeypatch, capsys):
+    # was raised to --repeats silently, and the "At or above 0.98x" line then disappeared
+    monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("ran with a refused option"))
+    assert cli.main(["bench", "--case", "chain_mv", "--max-rounds", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-rounds 2 is below --repeats 5" in err and "valid: an integer >= 5" in err
+
+
+def test_the_verdict_line_follows_whenever_an_interval_can_exist():
+    # `--repeats 11` at the small size (no extra rounds: the limit is 11) printed no verdict
+    for opts in (runner.Options(size="small", repeats=11), runner.Options(size="small", repeats=5)):
+        assert "At or above 0.98x" in footer([_ok("a", rounds=opts.round_limit())], opts)
+    text = footer([_ok("a", rounds=5)], runner.Options(size="small", repeats=5, max_rounds=5))
+    assert "At or above" not in text and "No verdict at 0.98x: 5 rounds give no 95% interval" in text
