@@ -348,6 +348,9 @@ def table(result: dict, compact: bool = False) -> Any:
         ("e-graph", {"justify": "right"}),
         ("stop", {}),
         ("rules fired", {"overflow": "fold", "ratio": 1}),
+        # timing notes (rounds added, paired ratios, verdicts) and the runner's: a column of their
+        # own, not appended to the rules fired
+        ("notes", {"overflow": "fold", "ratio": 1}),
     )
     keep = [i for i, (col, _) in enumerate(columns) if not compact or col in COMPACT_COLUMNS]
     for i in keep:
@@ -368,13 +371,13 @@ def table(result: dict, compact: bool = False) -> Any:
                 add_row(
                     f"{suite}/{r['case']}",
                     "[yellow]skipped[/yellow]",
-                    *[""] * 8,
+                    *[""] * 9,
                     f"[yellow]skipped: {'; '.join(r['notes'])}[/yellow]",
                 )
                 continue
             if r["status"] != "ok":
                 add_row(
-                    f"{suite}/{r['case']}", "[red]error[/red]", *[""] * 8, f"[red]error: {r['error']}[/red]"
+                    f"{suite}/{r['case']}", "[red]error[/red]", *[""] * 9, f"[red]error: {r['error']}[/red]"
                 )
                 continue
             rep = r.get("report") or {}
@@ -393,7 +396,8 @@ def table(result: dict, compact: bool = False) -> Any:
                 f"{r.get('opt_s') or 0:.2f} s",
                 str(rep.get("egraph_nodes", "—")),
                 stop_summary(r),
-                rules + (f" [dim]({notes})[/dim]" if notes else ""),
+                rules,
+                f"[dim]{notes}[/dim]" if notes else "",
             )
         for s in summary.values():
             if s["suite"] == suite:
@@ -404,6 +408,7 @@ def table(result: dict, compact: bool = False) -> Any:
                     f"[bold]{_colored(s['geomean_speedup'])}[/bold]",
                     _colored(s["geomean_in_jit"]),
                     _hand_geomean(s),
+                    "",
                     "",
                     "",
                     "",

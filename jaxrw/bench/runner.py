@@ -339,7 +339,9 @@ def settle(variants: dict[str, tuple[Callable, tuple]], timings: dict, opts: Opt
     program) and of the new-weights pair, up to `opts.round_limit()` rounds or `opts.settle_s`."""
     added = settle_pairs(variants, timings, SETTLED_PAIRS, AT_LEAST, opts.round_limit(), opts.settle_s)
     if added:
-        rec["notes"].append(f"{added} more rounds to settle the {AT_LEAST}x interval")
+        rec["notes"].append(
+            f"{added} more round{'' if added == 1 else 's'} to settle the {AT_LEAST}x interval"
+        )
 
 
 def skipped(case: Case, opts: Options, why: str) -> dict[str, Any]:
