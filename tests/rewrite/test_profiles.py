@@ -209,3 +209,22 @@ def test_calibrate_never_makes_an_empty_path_or_a_quick_run_the_default(monkeypa
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2 and ("empty" in capsys.readouterr().err or "--quick" in " ".join(argv))
+
+
+def test_calibrate_marks_the_matmul_rates_it_did_not_measure(tmp_path, monkeypatch, capsys):
+    # `matmul float64 0.030 TFLOP/s` was printed like a measurement: the built-in cpu profile's value
+    import dataclasses
+
+    import jaxrw.rewrite.calibrate as cal
+
+    rates = {**profiles.CPU.matmul_flops, "float32": 82e9, "bfloat16": 72e9, "float16": 92e9}
+    fake = dataclasses.replace(profiles.CPU, name="cpu-calibrated", matmul_flops=rates)
+    monkeypatch.setattr(cal, "calibrate", lambda quick=False: fake)
+    assert main(["--quick", "--output", str(tmp_path / "p.json")]) == 0
+    lines = {
+        ln.split()[1]: ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("matmul")
+    }
+    for dt in ("float64", "int32"):
+        assert "inherited: the built-in cpu profile's, not measured" in lines[dt]
+    for dt in cal.MEASURED_DTYPES:
+        assert "inherited" not in lines[dt]
