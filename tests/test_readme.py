@@ -86,3 +86,8 @@ def test_pending_placeholders_are_current():
         assert not schedule_runs, (
             f"bench/results now holds scheduler runs {schedule_runs}: update the README's Notebooks section"
         )
+
+
+def test_cited_rescore_commands_name_recorded_files():
+    cited = re.findall(r"costcheck --rescore (bench/results/\S+\.json)", README)
+    assert cited and all((ROOT / path).exists() for path in cited)
