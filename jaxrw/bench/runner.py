@@ -71,7 +71,8 @@ class Options:
     in_jit: bool = True  # also time jaxrw called inside an outer jax.jit
     budget_s: float | None = None  # start no new case after this many seconds; None: 150 s small, none large
     # rounds in all while jaxrw's speedup interval straddles AT_LEAST (`settle`); None: `repeats` at
-    # the small size (no more rounds: `make bench` has 3 minutes), 6x `repeats` at the large one
+    # the small size, raised to MIN_INTERVAL_ROUNDS (`make bench` has 3 minutes), 6x `repeats` at the
+    # large one
     max_rounds: int | None = None
     settle_s: float = 30.0  # and at most this many seconds of such rounds per case
     iterations: int | None = None  # jaxrw's saturation iterations (Limits.iterations); None: its default
