@@ -9,7 +9,6 @@ bodies are inlined; control flow and anything unknown stays opaque with its oper
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,7 +261,7 @@ class _Encoder:
                 if own and eqn.params.get("branches_platforms") and name == "cond":
                     self.platform_cond(eqn, ins, outs)
                 if own and name == "gather" and diagonal_gather(jaxpr, None, eqn):
-                    self.src.add(self.t(diagonal_of, outs[0], ins[0]))  # x[.., i, i], as platform_cond
+                    self.diagonal(outs[0], ins[0], eqn.invars[0].aval.shape)
             for v, o in zip(eqn.outvars, outs, strict=True):
                 if not compat.is_dropvar(v):
                     env[v] = o
@@ -281,11 +280,19 @@ class _Encoder:
             return
         k = gathered_diagonal(branch)
         if k is not None:
-            self.src.add(self.t(diagonal_of, outs[0], ins[1 + k]))
+            self.diagonal(outs[0], ins[1 + k], branch.jaxpr.invars[k].aval.shape)
         for out, var in zip(outs, branch.jaxpr.outvars, strict=True):
             value = constant_value(branch.jaxpr, list(branch.consts), var)
             if value is not None:
                 self.src.add(f"(union {out} {self.const(value, var.aval, literal=False)})")
+
+    def diagonal(self, out: Sym, x: Sym, shape: tuple[int, ...]) -> None:
+        """Record out = x[.., i, i] (reduce.platform_diagonal): of x's square leading block where
+        its last two axes differ (a slice of a product is a product of slices: reduce.slice_dot)."""
+        n, m = shape[-2:]
+        if n != m:
+            x = self.t(Tensor.slice, x, len(shape) - (1 if m > n else 2), 0, min(n, m))
+        self.src.add(self.t(diagonal_of, out, x))
 
     def equation(self, eqn: Any, ins: list[Sym], own: bool = True) -> list[Sym]:
         """Terms for one equation's outputs (opaque unless `own`: a primitive jax.lax's by name only,
@@ -592,8 +599,3 @@ def encoded_equations(jaxpr: Any) -> Iterator[Any]:
 def count_equations(jaxpr: Any) -> int:
     """How many equations `encode` would see, cheaply (no e-graph)."""
     return sum(1 for _ in encoded_equations(jaxpr))
-
-
-def params_json(params: dict) -> str:
-    """A readable rendering of a parameter dict (for reports)."""
-    return json.dumps({k: str(v) for k, v in params.items()}, sort_keys=True)

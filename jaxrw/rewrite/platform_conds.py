@@ -43,14 +43,14 @@ def gathered_diagonal(branch: Any) -> int | None:
 
 def diagonal_gather(jaxpr: Any, consts: list | None, eqn: Any) -> bool:
     """Whether `eqn`, an equation of `jaxpr`, gathers x[.., i, i]: the diagonal of its operand's
-    last two axes, square, past any leading batch axes it takes whole (jax.vmap of jnp.diagonal,
-    jnp.diagonal(x, axis1=-2, axis2=-1)); its indices, input-independent, are evaluated to check.
-    `consts` are the values of jaxpr's constvars (None: not known here)."""
+    last two axes (min of the two long), past any leading batch axes it takes whole (jax.vmap of
+    jnp.diagonal, jnp.diagonal(x, axis1=-2, axis2=-1)); its indices, input-independent, are
+    evaluated to check. `consts` are the values of jaxpr's constvars (None: not known here)."""
     if eqn.primitive.name != "gather":
         return False
     shape_x, shape_out = tuple(eqn.invars[0].aval.shape), tuple(eqn.outvars[0].aval.shape)
     nb = len(shape_x) - 2
-    if nb < 0 or shape_x[-1] != shape_x[-2] or shape_out != shape_x[:-1]:
+    if nb < 0 or shape_out != (*shape_x[:nb], min(shape_x[nb:])):
         return False
     dims = eqn.params["dimension_numbers"]
     plain = (
@@ -63,7 +63,7 @@ def diagonal_gather(jaxpr: Any, consts: list | None, eqn: Any) -> bool:
     if not plain:
         return False
     indices = constant_value(jaxpr, consts, eqn.invars[1])
-    n = shape_x[-1]
+    n = min(shape_x[nb:])
     return indices is not None and indices.shape == (n, 2) and bool((indices == np.arange(n)[:, None]).all())
 
 

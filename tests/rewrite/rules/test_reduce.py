@@ -199,16 +199,31 @@ def test_a_batched_product_with_the_identity_is_a_diagonal_under_fast_numerics_o
     np.testing.assert_allclose(opt.fn(a, b)[0], jax.jit(f)(a, b), rtol=1e-4, atol=1e-4)
 
 
+def test_the_diagonal_of_a_non_square_product_is_that_of_its_square_block():
+    # jnp.diagonal of a 64x100 product gathers from the full product: it is the diagonal of its
+    # leading 64x64 block, a product of slices (reduce.slice_dot), then an elementwise sum
+    rng = np.random.default_rng(10)
+    for a, b, f in (
+        (_rand(rng, 64, 32), _rand(rng, 32, 100), jnp.diagonal),
+        (_rand(rng, 3, 100, 32), _rand(rng, 3, 32, 64), jax.vmap(jnp.diagonal)),
+    ):
+        opt = optimized(lambda a, b: f(a @ b), (a, b))  # noqa: B023
+        assert opt.dots == 0 and opt.report.rules_fired["reduce.platform_diagonal"] == 1
+        want = f(np.asarray(a, np.float64) @ np.asarray(b, np.float64))
+        np.testing.assert_allclose(opt.fn(a, b)[0], want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_gather_that_is_not_the_diagonal_stays_a_gather():
-    # the anti-diagonal, a shifted diagonal and a diagonal of a non-square batch are gathers too
+    # the anti-diagonal, a shifted diagonal, a column and a diagonal of rows shifted by one are
+    # gathers too (a diagonal across the batch axis is one: of the transposed product's block)
     rng = np.random.default_rng(9)
     a, b = _rand(rng, 4, 12, 6), _rand(rng, 4, 6, 12)
     idx = jnp.arange(12)
     for f in (
         lambda a, b: (a @ b)[:, idx, 11 - idx],
         lambda a, b: jnp.diagonal(a @ b, offset=1, axis1=1, axis2=2),
-        lambda a, b: jnp.diagonal((a @ b)[:, :, :10], axis1=1, axis2=2),
-        lambda a, b: jnp.diagonal(a @ b, axis1=0, axis2=1),
+        lambda a, b: (a @ b)[:, idx, jnp.zeros_like(idx)],
+        lambda a, b: (a @ b)[:, idx[:11] + 1, idx[:11]],
     ):
         opt = optimized(f, (a, b))
         assert "reduce.platform_diagonal" not in opt.report.rules_fired
