@@ -32,7 +32,12 @@ DOT_MISSING = (
 HTML_GRAPH_MAX_NODES = 300  # larger graphs are slow to lay out and unreadable inline
 UNITLESS_MODELS = ("flops",)  # cost models not in seconds (the CostModel contract is seconds)
 # the report's notes shown as summary rows: why nothing was hoisted, why fewer rules ran, what runs
-NOTE_ROWS = (("hoisting", "hoist_note"), ("non-finite", "nonfinite_note"), ("schedule", "schedule"))
+NOTE_ROWS = (
+    ("hoisting", "hoist_note"),
+    ("non-finite", "nonfinite_note"),
+    ("rules", "rules_note"),
+    ("schedule", "schedule"),
+)
 
 
 def dot_available() -> bool:

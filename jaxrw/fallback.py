@@ -25,13 +25,21 @@ class FallBacks:
         _raise_as_is(e, any(x.reference is not None for x in self._cache.values()))
         self._leave_jit()
         self._check_arguments(args, kwargs)
-        want = self._jitted(*args, **kwargs)
+        want = self._jit_call(args, kwargs)
         with warnings_held():  # said once the state is kept (logs.warnings_held)
             why = self._fall_back(RewriteStageError("compile", e), e)
             self._fast_state = "broken"
             for entry in self._cache.values():  # every signature runs jax.jit now: each report says so
                 entry.fall_back(why)
         return want
+
+    def _jit_call(self, args: tuple, kwargs: dict) -> Any:
+        """jax.jit's result for a call jaxrw's program failed on; where jax.jit fails too, its error
+        alone (the arguments are at fault), not chained to jaxrw's, which printed it twice."""
+        try:
+            return self._jitted(*args, **kwargs)
+        except Exception as user_error:
+            raise user_error from None
 
     def _fall_back(self, err: JaxrwError, cause: BaseException) -> str:
         """This signature runs jax.jit because of `err` (from `cause`): raised under strict, else
@@ -52,7 +60,7 @@ class FallBacks:
         fails too, the arguments are at fault and its error propagates; else the fault is jaxrw's:
         fall back with one warning (compile stage), or raise under strict."""
         _raise_as_is(e, entry.reference is not None)
-        want = self._jitted(*args, **kwargs)
+        want = self._jit_call(args, kwargs)
         with warnings_held():
             entry.fall_back(self._fall_back(RewriteStageError("compile", e), e))
         return want

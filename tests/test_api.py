@@ -123,8 +123,11 @@ def test_invalid_options_name_the_value_and_valid_set(kw, match):
 
 def test_unknown_rule_name_is_reported_at_first_call():
     opt = jaxrw.optimize(lambda x: x @ x, rules=["dot.nope"], strict=True)
-    with pytest.raises(InvalidOptionError, match="unknown rule or family 'dot.nope'"):
+    with pytest.raises(InvalidOptionError, match="unknown rule or family 'dot.nope'") as raised:
         opt(jnp.ones((2, 2)))
+    # the families by name, not the 70 rule names in one line (a new user's audit)
+    assert "batch, dot, elementwise, merge, reduce, structured" in str(raised.value)
+    assert "dot.assoc_2d" not in str(raised.value)
 
 
 def test_internal_failure_falls_back_with_one_warning(monkeypatch):
@@ -574,3 +577,17 @@ def test_a_donated_argument_passed_by_keyword_is_donated():
         x, y = jnp.ones((64, 64)), jnp.ones((64, 64))
         call(opt, x), call(jit, y)
         assert x.is_deleted() == y.is_deleted() == True  # noqa: E712
+
+
+def test_a_rule_asked_for_by_name_and_left_out_by_numerics_says_so():
+    # rules="mine" for a finite_only rule without numerics="fast" read "stop: no rules" and "gain
+    # 0.00% < margin 3%", with nothing on why (a new user's audit)
+    x = jnp.ones((4, 4))
+    rep = jaxrw.optimize(lambda x: x @ x * 0.0, rules=["dot.zero"]).report(x)
+    assert rep.stop_reason.value == "no rules"
+    assert rep.rules_note == "left out under numerics='default': dot.zero needs numerics='fast'"
+    assert "dot.zero needs numerics='fast'" in str(
+        jaxrw.explain(lambda x: x @ x * 0.0, x, rules=["dot.zero"])
+    )
+    assert not jaxrw.optimize(lambda x: x @ x * 0.0, rules=["dot.zero"], numerics="fast").report(x).rules_note
+    assert not jaxrw.optimize(lambda x: x @ x * 0.0, rules=["dot"]).report(x).rules_note  # a family: no note

@@ -81,6 +81,26 @@ def test_an_explicit_mesh_lora_layer_runs_without_a_fallback():
     assert got.sharding.spec == want.sharding.spec
 
 
+def test_a_sharding_the_program_cannot_take_raises_jax_jits_error_once():
+    # both operands split along the contracting axis of an Explicit mesh: jax.jit refuses it. The
+    # error propagated, chained to jaxrw's failure on the same call ("During handling of the above
+    # exception, another exception occurred"): the user read jax's message twice (a new user's audit)
+    import traceback
+
+    mesh = jax.make_mesh(
+        (4,), ("m",), axis_types=(jax.sharding.AxisType.Explicit,), devices=jax.devices()[:4]
+    )
+    a, b, v = _rand(3, (8, 64), (64, 16), (16, 2))
+    with jax.set_mesh(mesh):
+        a, b = jax.device_put(a, P(None, "m")), jax.device_put(b, P("m", None))
+        with pytest.raises(Exception) as jit_error:
+            jax.jit(lambda a, b, v: (a @ b) @ v)(a, b, v)
+        with pytest.raises(type(jit_error.value)) as raised:
+            jaxrw.optimize(lambda a, b, v: (a @ b) @ v)(a, b, v)
+    printed = "".join(traceback.format_exception(raised.value))
+    assert "During handling" not in printed and "direct cause" not in printed
+
+
 def test_a_function_with_a_debug_call_is_kept_too():
     # the program without its calls was rewritten again without the note (a review's repro)
     def printing(x, A, B, v):

@@ -105,6 +105,7 @@ class RewriteReport:
     bodies: list[RewriteReport] = field(default_factory=list)  # control-flow bodies, recursively
     hoist_note: str = ""
     nonfinite_note: str = ""  # why numerics="default" fell back to exact rules (nonfinite.py)
+    rules_note: str = ""  # rules asked for by name that this numerics level leaves out, and why
     schedule: str = ""  # what runs the program and why ("xla: asked for"); set by optimize
     fallback: str = ""  # why jax.jit runs this signature instead ("" when jaxrw's program runs)
     handed_off: int = 0  # hoisted, but its hoisted arguments were new on this many calls in a row:
@@ -160,6 +161,7 @@ class RewriteReport:
             + ([("hoisted", hoisted)] if self.hoisted_bytes and not self.handed_off else [])
             + ([("hoisting", self.hoist_note)] if self.hoist_note else [])
             + ([("non-finite", self.nonfinite_note)] if self.nonfinite_note else [])
+            + ([("rules", self.rules_note)] if self.rules_note else [])
             + ([("schedule", self.schedule)] if self.schedule else [])
             + ([("bodies", bodies_row(self.bodies))] if self.bodies else [])
         )
@@ -201,6 +203,7 @@ class RewriteReport:
             "hoisted_in_loop": self.hoisted_in_loop,
             "hoist_note": self.hoist_note,
             "nonfinite_note": self.nonfinite_note,
+            "rules_note": self.rules_note,
             "schedule": self.schedule,
             "fallback": self.fallback,
             "handed_off": self.handed_off,

@@ -32,7 +32,7 @@ from .nonfinite import cone, exact_dtype, saturating_name, touched, unsafe_class
 from .profiles import Profile
 from .reach import analysis_rules, can_fire
 from .report import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, StopReason, bodies_row
-from .rules import Rule, is_finding, select_rules
+from .rules import Rule, is_finding, left_out, select_rules
 from .terms import analysis
 from .xla_passes import program_cost
 
@@ -324,6 +324,7 @@ def rewrite_jaxpr(
     extract_fn = get_extractor(extractor)
     chosen = select_rules(rules, numerics)
     report = RewriteReport(cost_model=model.name, hoist_note=_note, nonfinite_note=_exact_note)
+    report.rules_note = left_out(rules, numerics)
     n_eqns = count_equations(closed.jaxpr)
     kept = None  # why the program is kept as written without being encoded
     if sharded:  # a rewrite there changed output shardings and added collectives (0.4x on CPU)

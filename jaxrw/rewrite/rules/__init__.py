@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import InvalidOptionError
 
-__all__ = ["Rule", "RULES", "register_rule", "select_rules", "families", "finding", "is_finding"]
+__all__ = ["Rule", "RULES", "register_rule", "select_rules", "families", "finding", "is_finding", "left_out"]
 
 # egglog rules named so (`finding`) record a fact that the rule's other rewrites match: they
 # rewrite nothing themselves, and are not counted as fired (rules/reduce.py diag_dot)
@@ -137,15 +137,34 @@ def select_rules(spec: str | Sequence[str] | None, numerics: str = "default") ->
                 chosen.append(RULES[name])
             elif name in fams:
                 chosen.extend(RULES[n] for n in fams[name])
-            else:
-                valid = sorted([*RULES, *fams])
-                raise InvalidOptionError(f"unknown rule or family {name!r}; valid: {valid!r}")
+            else:  # the families by name; the rules, too many to list, by where to find them
+                raise InvalidOptionError(
+                    f"unknown rule or family {name!r}; valid: a family ({', '.join(sorted(fams))}), "
+                    f"'all', or one of the {len(RULES)} rule names '<family>.<rule>' "
+                    "(jaxrw.rewrite.rules.RULES; `families()` lists them by family)"
+                )
     if numerics == "strict":
         chosen = [r for r in chosen if r.exact]
     if numerics != "fast":
         chosen = [r for r in chosen if not r.finite_only]
     seen: set[str] = set()
     return [r for r in chosen if not (r.name in seen or seen.add(r.name))]
+
+
+def left_out(spec: str | Sequence[str] | None, numerics: str) -> str:
+    """The rules `spec` names itself (not by family or "all") that `numerics` leaves out, and why
+    ("" if none): asked for by name, a rule left out said nothing (stop: no rules)."""
+    if spec is None or spec == "all":
+        return ""
+    names = [spec] if isinstance(spec, str) else list(spec)
+    kept = {r.name for r in select_rules(spec, numerics)}
+    out = []
+    for name in names:
+        if name in RULES and name not in kept:
+            rule = RULES[name]
+            need = "numerics='fast'" if rule.finite_only else "numerics='default' or 'fast' (inexact)"
+            out.append(f"{name} needs {need}")
+    return f"left out under numerics={numerics!r}: {'; '.join(out)}" if out else ""
 
 
 def _load_families() -> None:
