@@ -133,18 +133,27 @@ def _masked(t, form, nb):
     """Patterns of `t` kept on the diagonal of its last two axes only: where(I, t, 0) ("select",
     jnp.trace), or t∘I and I∘t ("eye": off the diagonal inf·0 is NaN there, which the rewrite does
     not compute). Past `nb` leading batch dims the mask is the identity broadcast (jax.vmap)."""
+    # the identity is as large as t's last two axes: a 1x1 one broadcast is all ones (a review:
+    # where(eye(1), A @ B, 0) summed, batched, was read as a trace)
+    square = (
+        eq(V.so).to(shape(t)),
+        eq(shape(M if form == "select" else E)).to(Vec[i64](V.so[nb], V.so[nb + 1])),
+    )
     if form == "select":
         if nb == 0:
-            yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0), eq(shape(M)).to(shape(t)))
+            yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0), *square)
         else:
             mask = Tensor.broadcast_in_dim(M, V.sb, _axes(nb, nb + 1))
-            yield Tensor.select_n(mask, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0), eq(V.sb).to(shape(t)))
+            yield (
+                Tensor.select_n(mask, Z, t),
+                (is_eye_mask(M), eq(fill_(Z)).to(0.0), eq(V.sb).to(shape(t)), *square),
+            )
     else:  # of t's own shape: a size-1 t would broadcast (jax 0.12 does it without broadcast_in_dim)
         eye = E if nb == 0 else Tensor.broadcast_in_dim(E, V.sb, _axes(nb, nb + 1))
         for masked in (Tensor.mul(t, eye), Tensor.mul(eye, t)):
             # batched, the identity may keep size-1 batch axes (x * jnp.eye(n) broadcasts it so)
             fits = eq(shape(eye)).to(shape(t)) if nb == 0 else eq(shape(masked)).to(shape(t))
-            yield masked, (is_eye(E), fits)
+            yield masked, (is_eye(E), fits, *square)
 
 
 def _diag_dot(form):

@@ -228,3 +228,21 @@ def test_a_gather_that_is_not_the_diagonal_stays_a_gather():
         opt = optimized(f, (a, b))
         assert "reduce.platform_diagonal" not in opt.report.rules_fired
         np.testing.assert_allclose(opt.fn(a, b)[0], jax.jit(f)(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_one_by_one_identity_broadcast_over_a_batched_product_is_not_its_diagonal():
+    # where(eye(1), A @ B, 0) keeps every entry (the 1x1 mask broadcasts): batched, the mask was
+    # matched without its size and the sums read as traces (a review: wrong values, and a
+    # fallback for a non-square product)
+    rng = np.random.default_rng(11)
+    a, b, wide = _rand(rng, 4, 24, 20), _rand(rng, 4, 20, 24), _rand(rng, 4, 20, 30)
+    one = jnp.eye(1, dtype=bool)
+    for f, args, kw in (
+        (lambda x, y: jnp.where(one, x @ y, 0).sum((1, 2)), (a, b), {}),
+        (jax.vmap(lambda x, y: jnp.where(one, x @ y, 0).sum()), (a, b), {}),
+        (lambda x, y: jnp.where(one, x @ y, 0).sum(1), (a, wide), {}),
+        (lambda x, y: ((x @ y) * jnp.eye(1)).sum(2), (a, b), {"numerics": "fast"}),
+    ):
+        opt = optimized(f, args, **kw)
+        assert not {"reduce.diag_dot", "reduce.diag_dot_eye"} & set(opt.report.rules_fired)
+        np.testing.assert_allclose(opt.fn(*args)[0], jax.jit(f)(*args), rtol=1e-4, atol=1e-4)
