@@ -42,6 +42,22 @@ def chain_mv(size: str, dtype: str) -> Instance:
 
 
 @register("algebra")
+def vmapped_chain(size: str, dtype: str) -> Instance:
+    """jax.vmap(lambda x: A @ B @ x) over a batch of thin blocks: the vmapped product contracts the
+    blocks' middle axis, which the chain rules did not reassociate before the forty-sixth session
+    (an n³ product, then the batch; by hand A @ (B @ x))."""
+    b, n, thin = pick(size, 32, 64), pick(size, 512, 4096), pick(size, 2, 4)
+
+    def args(seed: int) -> tuple:
+        r = Rand(seed, dtype)
+        return r.weight(n, n, n), r.weight(n, n, n), r.normal(b, n, thin)
+
+    fn = jax.vmap(lambda A, B, x: A @ B @ x, (None, None, 0))
+    hand = jax.vmap(lambda A, B, x: A @ (B @ x), (None, None, 0))
+    return Instance(fn, args, hand=hand, shape=f"b={b} n={n} k={thin}")
+
+
+@register("algebra")
 def batched_chain_shared(size: str, dtype: str) -> Instance:
     """A[b]@B[b]@V with V shared by the batch (per-member matrices applied to one block of
     vectors): b n³ products where A@(B@V) needs thin ones. Not reassociated before the

@@ -380,7 +380,7 @@ class _Encoder:
                 if nb == 0:
                     self._dot = (ins[0], ins[1], int(lc[0]), int(rc[0]), cid)
                 return self.t(Tensor.dot, ins[0], ins[1], nb, int(lc[0]), int(rc[0]), cid)
-        if name == "transpose" and len(p["permutation"]) in (2, 3):
+        if name == "transpose" and len(p["permutation"]) in (2, 3, 4):  # shapes: terms.py
             return self.t(Tensor.transpose, ins[0], ivec(p["permutation"]))
         if name == "concatenate" and len(ins) >= 2:
             out = ins[0]

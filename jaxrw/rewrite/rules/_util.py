@@ -61,6 +61,7 @@ NONFINITE_SAFE = frozenset(
         "reduce.split_sum",
         "reduce.diag_dot",
         "reduce.platform_diagonal",  # where(I, x, 0) summed keeps each diagonal entry as it is
+        "reduce.sum_transpose",  # the same elements summed in another order
         "reduce.weighted_sum",
     }
 )

@@ -73,8 +73,11 @@ def _assoc_2d():
     #   dot(dot(A,B,l,r),C,0,q) -> dot(B, dot(A,C,1-l,q), r, 0)   (C meets A's free axis)
     #   dot(A,dot(B,C,s,t),l,0) -> dot(dot(A,B,l,1-s),C,1,t)
     #   dot(A,dot(B,C,s,t),l,1) -> dot(dot(A,C,l,1-t),B,1,s)
+    # C may have more free axes (2 or 3 more: a batch jax.vmap added, A @ B @ x of each x), which
+    # every form but the last carries through in order
     s, t = V.s0, V.s1
-    two = [rank(A, 2), rank(B, 2), rank(C, 2)]
+    two = [rank(A, 2), rank(B, 2)]
+    wide = [shape(C).length() >= 2, shape(C).length() <= 4]
     out = []
     inner = dot(A, B, 0, l, r, c)
     for p, rhs in (
@@ -82,14 +85,14 @@ def _assoc_2d():
         (0, dot(B, dot(A, C, 0, 1 - l, q, c), 0, r, 0, c)),
     ):
         lhs = dot(inner, C, 0, p, q, c)
-        out.append(rewrite(lhs).to(rhs, *two, *same_dtype(A, B, C, inner, lhs)))
+        out.append(rewrite(lhs).to(rhs, *two, *wide, *same_dtype(A, B, C, inner, lhs)))
     inner = dot(B, C, 0, s, t, c)
-    for p, rhs in (
-        (0, dot(dot(A, B, 0, l, 1 - s, c), C, 0, 1, t, c)),
-        (1, dot(dot(A, C, 0, l, 1 - t, c), B, 0, 1, s, c)),
+    for p, rhs, c_rank in (
+        (0, dot(dot(A, B, 0, l, 1 - s, c), C, 0, 1, t, c), wide),
+        (1, dot(dot(A, C, 0, l, 1 - t, c), B, 0, 1, s, c), [rank(C, 2)]),
     ):
         lhs = dot(A, inner, 0, l, p, c)
-        out.append(rewrite(lhs).to(rhs, *two, *same_dtype(A, B, C, inner, lhs)))
+        out.append(rewrite(lhs).to(rhs, *two, *c_rank, *same_dtype(A, B, C, inner, lhs)))
     return out
 
 
@@ -130,7 +133,15 @@ def _assoc_2d_example(rng, dt):
         return left, right
 
     shapes = ((k, m), (k, n), (m, p), (p, m), (n, m))
-    return f, _mats(rng, dt, *shapes)
+
+    def g(a, b, c_, e, g_, x, y):
+        import jax
+
+        vmapped = jax.vmap(lambda x_: (a.T @ b) @ x_)(x)  # (aᵀb)·x over x's middle axis, x [3, n, 2]
+        twice = jax.vmap(jax.vmap(lambda y_: e @ (g_.T @ y_)))(y)  # e·(gᵀ·y), y [2, 2, n, 3]
+        return (*f(a, b, c_, e, g_), vmapped, twice)
+
+    return g, (*_mats(rng, dt, *shapes), *_mats(rng, dt, (3, n, 2), (2, 2, n, 3)))
 
 
 _reg(
@@ -154,7 +165,7 @@ _reg(
     "(A·B)·C <-> A·(B·C) over any contracting axes",
     False,
     _assoc_2d,
-    "2-D operands, no batch axes, same cfg, one dtype",
+    "2-D A and B, C with up to two more free axes (a vmapped chain), no batch axes, same cfg, one dtype",
     _assoc_2d_example,
 )
 
