@@ -208,7 +208,9 @@ def hoisted_arguments(
             f"hoist_argnums/hoist_argnames {sorted(both, key=str)!r} are static as well: a static "
             "argument is part of the signature (hashed), not an array to hoist; name it in one of the two"
         )
-    return frozenset(hoisted - set(donated)), tuple(sorted(hoisted & set(donated), key=str))
+    named = param_names(fn)  # each donated one once, by name where it has one (not [0, 'params'])
+    donated_hoisted = {named.get(o, o) for o in hoisted & set(donated)}
+    return frozenset(hoisted - set(donated)), tuple(sorted(donated_hoisted, key=str))
 
 
 def param_names(fn: Callable) -> dict[int, str]:

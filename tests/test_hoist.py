@@ -135,7 +135,7 @@ def test_gradients_through_hoisted_arguments_are_correct():
 
 
 def test_donated_slow_arguments_are_not_hoisted():
-    with pytest.warns(UserWarning, match=r"jaxrw: f: \[0, 'params'\] are donated, so not hoisted"):
+    with pytest.warns(UserWarning, match=r"jaxrw: f: \['params'\] are donated, so not hoisted"):
         opt = jaxrw.optimize(f, hoist_argnums=0, donate_argnums=0)
     p, x = _params(9), _x(10)
     want = f(p, x)
