@@ -17,7 +17,7 @@ from . import compat
 from .hoist_layout import Layout, fast_signature, hoisted_as_passed, with_hoisted
 from .identity import SCALARS, checker, snapshot, stand_in
 from .logs import fn_name
-from .options import param_names, signature_of
+from .options import named_once, param_names, signature_of
 from .prologue import HANDOFF_AFTER, HoistedCall, UnbuiltCalls, picker
 from .schedule.xla_modes import is_nested_options_error, without_frame
 from .signature import leaf_key  # the signature key optimize uses
@@ -483,12 +483,14 @@ def bind(opt: Any, args: tuple, kwargs: dict) -> Any:
     pos, names = hoisted_as_passed(opt, args, kwargs)
     by_index = param_names(opt.fn)
     given = {*pos, *names, *(by_index[i] for i in pos if i in by_index)}
-    missing = [  # a donated one is not bound: each call passes it (its buffer is gone after one)
-        by_index.get(o, o)  # by name where it has one (hoisted by both spellings: named once)
-        for o in (*opt.hoist_argnums, *opt.hoist_argnames)
-        if o in opt.hoisted_owners and o not in given and by_index.get(o) not in given
-    ]
-    missing = list(dict.fromkeys(missing))
+    missing = named_once(  # a donated one is not bound: each call passes it (its buffer is gone after one)
+        opt.fn,
+        (
+            o
+            for o in (*opt.hoist_argnums, *opt.hoist_argnames)
+            if o in opt.hoisted_owners and o not in given and by_index.get(o) not in given
+        ),
+    )
     if missing:
         raise InvalidOptionError(f"bind: hoisted arguments {missing!r} not given; pass every argument once")
     sig = signature_of(opt.fn, follow_wrapped=False)

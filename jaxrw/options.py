@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,9 +208,14 @@ def hoisted_arguments(
             f"hoist_argnums/hoist_argnames {sorted(both, key=str)!r} are static as well: a static "
             "argument is part of the signature (hashed), not an array to hoist; name it in one of the two"
         )
-    named = param_names(fn)  # each donated one once, by name where it has one (not [0, 'params'])
-    donated_hoisted = {named.get(o, o) for o in hoisted & set(donated)}
-    return frozenset(hoisted - set(donated)), tuple(sorted(donated_hoisted, key=str))
+    return frozenset(hoisted - set(donated)), tuple(sorted(named_once(fn, hoisted & set(donated)), key=str))
+
+
+def named_once(fn: Callable, owners: Iterable[int | str]) -> list[int | str]:
+    """Arguments given by position and name, each once and by name where it has one (an argument
+    hoisted by both spellings read [0, 'params'] in messages)."""
+    named = param_names(fn)
+    return list(dict.fromkeys(named.get(o, o) for o in owners))
 
 
 def param_names(fn: Callable) -> dict[int, str]:

@@ -151,13 +151,14 @@ def select_rules(spec: str | Sequence[str] | None, numerics: str = "default") ->
     return [r for r in chosen if not (r.name in seen or seen.add(r.name))]
 
 
-def left_out(spec: str | Sequence[str] | None, numerics: str) -> str:
-    """The rules `spec` names itself (not by family or "all") that `numerics` leaves out, and why
-    ("" if none): asked for by name, a rule left out said nothing (stop: no rules)."""
+def left_out(spec: str | Sequence[str] | None, numerics: str, chosen: Iterable[Rule]) -> str:
+    """The rules `spec` names itself (not by family or "all") that `numerics` left out of `chosen`
+    (select_rules' answer), and why ("" if none): asked for by name, a rule left out said nothing
+    (stop: no rules)."""
     if spec is None or spec == "all":
         return ""
     names = [spec] if isinstance(spec, str) else list(spec)
-    kept = {r.name for r in select_rules(spec, numerics)}
+    kept = {r.name for r in chosen}
     out = []
     for name in names:
         if name in RULES and name not in kept:

@@ -118,25 +118,27 @@ _reg(
 _reg("split_sum", "Σ_{a,b} X -> Σ_a Σ_b X", False, _split_sum, "two axes, a < b", _split_sum_example)
 
 
-# permutations that move only axes a sum then removes: (perm, summed axes)
-_SUMMED_PERMUTATIONS = (
-    ((1, 0), (0, 1)),
-    ((0, 2, 1), (1, 2)),
-    ((0, 2, 1), (0, 1, 2)),
-    ((0, 1, 3, 2), (2, 3)),
-    ((0, 1, 3, 2), (0, 1, 2, 3)),
-)
+BATCHES = (0, 1, 2)  # leading batch axes the sum, trace and diagonal rules take (jax.vmap, once or twice)
+
+
+def _swap_last(nb):
+    """The permutation that swaps the last two of nb + 2 axes."""
+    return _axes(*range(nb), nb + 1, nb)
 
 
 def _sum_transpose():
     # Σ_axes f(Xᵀ) -> Σ_axes f(X) where the transpose only moves summed axes: the same elements in
     # another order (diag_dot's trace(AᵀA) is Σ Aᵀ∘Aᵀ; the transpose cost 3.4-3.9x on this CPU)
     out = []
-    for perm, axes in _SUMMED_PERMUTATIONS:
-        p_, ax = _axes(*perm), _axes(*axes)
+    # the last two axes swapped past nb batch axes, summed over those two or over every axis
+    summed = [(nb, _axes(nb, nb + 1)) for nb in BATCHES] + [
+        (nb, _axes(*range(nb + 2))) for nb in BATCHES if nb
+    ]
+    for nb, ax in summed:
+        swap = _swap_last(nb)
 
-        def t(a, p_=p_):
-            return Tensor.transpose(a, p_)
+        def t(a, swap=swap):
+            return Tensor.transpose(a, swap)
 
         for lhs, rhs in (
             (t(X), X),
@@ -176,14 +178,6 @@ _reg(
 # --- traces and diagonals ---------------------------------------------------------------------------
 
 
-BATCHES = (0, 1, 2)  # leading batch dims of a traced or diagonal product (jax.vmap, once or twice)
-
-
-def _swap_last(nb):
-    """The permutation that swaps the last two of nb + 2 axes."""
-    return _axes(*range(nb), nb + 1, nb)
-
-
 def _masked(t, form, nb):
     """Patterns of `t` kept on the diagonal of its last two axes only: where(I, t, 0) ("select",
     jnp.trace), or t∘I and I∘t ("eye": off the diagonal inf·0 is NaN there, which the rewrite does
@@ -194,21 +188,17 @@ def _masked(t, form, nb):
         eq(V.so).to(shape(t)),
         eq(shape(M if form == "select" else E)).to(Vec[i64](V.so[nb], V.so[nb + 1])),
     )
+
+    def placed(m):  # the identity itself, or broadcast past the batch axes
+        return m if nb == 0 else Tensor.broadcast_in_dim(m, V.sb, _axes(nb, nb + 1))
+
     if form == "select":
-        if nb == 0:
-            yield Tensor.select_n(M, Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0), *square)
-        else:
-            mask = Tensor.broadcast_in_dim(M, V.sb, _axes(nb, nb + 1))
-            yield (
-                Tensor.select_n(mask, Z, t),
-                (is_eye_mask(M), eq(fill_(Z)).to(0.0), eq(V.sb).to(shape(t)), *square),
-            )
+        placement = () if nb == 0 else (eq(V.sb).to(shape(t)),)
+        yield Tensor.select_n(placed(M), Z, t), (is_eye_mask(M), eq(fill_(Z)).to(0.0), *placement, *square)
     else:  # of t's own shape: a size-1 t would broadcast (jax 0.12 does it without broadcast_in_dim)
-        eye = E if nb == 0 else Tensor.broadcast_in_dim(E, V.sb, _axes(nb, nb + 1))
-        for masked in (Tensor.mul(t, eye), Tensor.mul(eye, t)):
+        for masked in (Tensor.mul(t, placed(E)), Tensor.mul(placed(E), t)):
             # batched, the identity may keep size-1 batch axes (x * jnp.eye(n) broadcasts it so)
-            fits = eq(shape(eye)).to(shape(t)) if nb == 0 else eq(shape(masked)).to(shape(t))
-            yield masked, (is_eye(E), fits, *square)
+            yield masked, (is_eye(E), eq(shape(masked)).to(shape(t)), *square)
 
 
 def _diag_dot(form):
