@@ -359,6 +359,97 @@ def batched_mahalanobis(size: str, dtype: str) -> Instance:
     return Instance(fn, args, hand=hand, shape=f"b={b} m={m} d={d}")
 
 
+def _mlp_loss(params, x, y):
+    w1, w2 = params
+    return jnp.sum((jnp.tanh(x @ w1) @ w2 - y) ** 2)
+
+
+def _mlp_data(size: str, dtype: str):
+    """A two-layer tanh MLP's weights and a batch: (b, d, h, o) and the args of one seed."""
+    b, d, h, o = pick(size, 64, 256), pick(size, 64, 256), pick(size, 128, 512), pick(size, 16, 128)
+
+    def args(seed: int) -> tuple:
+        r = Rand(seed, dtype)
+        return r.weight(d, d, h), r.weight(h, h, o), r.normal(b, d), r.normal(b, o)
+
+    return f"b={b} d={d} h={h} o={o}", args
+
+
+def _per_example_grads(w1, w2, X, Y):
+    return jax.vmap(jax.grad(_mlp_loss), in_axes=(None, 0, 0))((w1, w2), X, Y)
+
+
+def _factors(w1, w2, X, Y):
+    """Each layer's input and output gradient for every example: g = x ⊗ δ per layer."""
+    H = jnp.tanh(X @ w1)
+    d2 = 2 * (H @ w2 - Y)
+    d1 = (d2 @ w2.T) * (1 - H * H)
+    return ((X, d1), (H, d2))
+
+
+def _sq(x):
+    return acc_sum(x * x, axis=1)
+
+
+@register("algebra")
+def per_example_norms(size: str, dtype: str) -> Instance:
+    """Per-example gradient norms of an MLP (GraNd scores, gradient-noise monitoring) under
+    jax.vmap(jax.grad): each layer's [b, d, h] gradients are formed and squared, where
+    |x ⊗ δ|² = |x|² |δ|² needs the factors only."""
+    shape, args = _mlp_data(size, dtype)
+
+    def fn(w1, w2, X, Y):
+        g1, g2 = _per_example_grads(w1, w2, X, Y)
+        return jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
+
+    def hand(w1, w2, X, Y):
+        return jnp.sqrt(sum(_sq(x) * _sq(d) for x, d in _factors(w1, w2, X, Y)))
+
+    return Instance(fn, args, hand=hand, shape=shape)
+
+
+@register("algebra")
+def dp_clipped_mean(size: str, dtype: str) -> Instance:
+    """DP-SGD's clipped mean gradient of an MLP: per-example gradients under jax.vmap, each
+    scaled to norm at most 1, averaged. The weighted sum over the batch is one product, Xᵀ(s∘Δ);
+    the norms feed a divisor, so by default they keep their [b, d, h] form (numerics="fast"
+    takes them too: nonfinite.py)."""
+    shape, args = _mlp_data(size, dtype)
+
+    def fn(w1, w2, X, Y):
+        g1, g2 = _per_example_grads(w1, w2, X, Y)
+        norm = jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
+        s = jnp.minimum(1.0, 1.0 / (norm + 1e-6)).astype(X.dtype)[:, None, None]
+        return acc_sum(g1 * s, axis=0) / X.shape[0], acc_sum(g2 * s, axis=0) / X.shape[0]
+
+    def hand(w1, w2, X, Y):
+        pairs = _factors(w1, w2, X, Y)
+        norm = jnp.sqrt(sum(_sq(x) * _sq(d) for x, d in pairs))
+        s = jnp.minimum(1.0, 1.0 / (norm + 1e-6)).astype(X.dtype)[:, None]
+        return tuple(x.T @ (d * s) / X.shape[0] for x, d in pairs)
+
+    return Instance(fn, args, hand=hand, shape=shape)
+
+
+@register("algebra")
+def multi_lora(size: str, dtype: str) -> Instance:
+    """x_b @ (W + A_b B_b) under jax.vmap, an adapter per request (multi-LoRA serving): the
+    merged [b, d, d] weights are formed per call, where x W for all rows plus (x_b A_b) B_b needs
+    one shared GEMM and two thin batched ones."""
+    b, s, d, r = pick(size, 8, 32), pick(size, 4, 16), pick(size, 256, 4096), pick(size, 8, 16)
+
+    def args(seed: int) -> tuple:
+        g = Rand(seed, dtype)
+        return g.normal(b, s, d), g.weight(d, d, d), g.weight(d, b, d, r), g.weight(r, b, r, d)
+
+    fn = jax.vmap(lambda x, w, a, bb: x @ (w + a @ bb), (0, None, 0, 0))
+
+    def hand(x, w, a, bb):
+        return x @ w + jnp.einsum("bsr,brd->bsd", jnp.einsum("bsd,bdr->bsr", x, a), bb)
+
+    return Instance(fn, args, hand=hand, shape=f"b={b} s={s} d={d} r={r}")
+
+
 @register("algebra")
 def sum_product(size: str, dtype: str) -> Instance:
     """sum(A@B): the total of a product is a dot of A's column sums with B's row sums."""

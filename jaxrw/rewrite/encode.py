@@ -34,6 +34,7 @@ from .primitives import (
     ELEMENTWISE_TYPED,
     UNARY,
 )
+from .sites import DotSite, OuterSite, outer_form
 from .terms import (
     DEFAULT_CFG,
     Out,
@@ -52,6 +53,7 @@ from .terms import (
 __all__ = [
     "Program",
     "DotSite",
+    "OuterSite",
     "encode",
     "count_equations",
     "encoded_equations",
@@ -60,23 +62,6 @@ __all__ = [
     "ELEMENTWISE_TYPED",
     "ELEMENTWISE_CALL",
 ]
-
-
-@dataclass(frozen=True)
-class DotSite:
-    """An unbatched dot of the program as written, of operands of rank 1 or 2 and one dtype:
-    what `batch.stack_dots` groups (equal shapes, form and level) into one batched dot."""
-
-    term: Sym  # the dot's let name
-    a: Sym
-    b: Sym
-    sa: tuple[int, ...]
-    sb: tuple[int, ...]
-    lc: int
-    rc: int
-    cfg: int
-    level: int
-    dtype: str
 
 
 @dataclass
@@ -101,6 +86,7 @@ class Program:
     # egglog references of the term-language callables written (which rules can fire: reach.py)
     symbols: frozenset = frozenset()
     dots: list[DotSite] = field(default_factory=list)  # unbatched dots, in program order
+    outers: list[OuterSite] = field(default_factory=list)  # dots that contract no axis
     # x[i] (a row of x along its leading axis) -> (x, i); and stacks along a new leading axis:
     # (the stack, its operands). What lets `batch.stack_dots` read a stack of rows as x itself.
     rows: dict[Sym, tuple[Sym, int]] = field(default_factory=dict)
@@ -131,6 +117,7 @@ class _Encoder:
         self.levels: dict[str, int] = {}  # let name -> longest path from an input
         self.n_bound = 0  # let-bound equation terms (see `bind`)
         self.dots: list[DotSite] = []
+        self.outers: list[OuterSite] = []
         self.rows: dict[Sym, tuple[Sym, int]] = {}
         self.stacks: list[tuple[Sym, tuple[Sym, ...]]] = []
         self._row_slices: dict[Sym, tuple[Sym, int]] = {}  # x[i:i+1] -> (x, i)
@@ -253,6 +240,8 @@ class _Encoder:
                 lvl = 1 + max((self.levels.get(t, 0) for t in ins), default=0)
                 if self._dot is not None:
                     self.note_dot(eqn, outs[0], lvl)
+                if own and name == "dot_general" and (form := outer_form(eqn)) is not None:
+                    self.outers.append(OuterSite(outs[0], ins[0], ins[1], *form))
                 if len(outs) == 1 and modeled:
                     self.note_stacking(eqn, ins, outs[0])
                 for o, v in zip(outs, eqn.outvars, strict=True):
@@ -541,6 +530,7 @@ def encode(
         eqn_fns=enc.eqn_fns,
         symbols=frozenset({*enc.src.refs, ref_of(float_dtype)}),  # float_dtype: new_egraph's rows
         dots=enc.dots,
+        outers=enc.outers,
         rows=enc.rows,
         stacks=enc.stacks,
     )

@@ -18,6 +18,10 @@ __all__ = [
     "V",
     "FAST_ONLY",
     "NONFINITE_SAFE",
+    "F32",
+    "LOW",
+    "NARROWER",
+    "sum_of",
 ]
 
 # Dtypes an example is checked in: FLOAT for rules exact only over the reals or in floating point,
@@ -63,8 +67,46 @@ NONFINITE_SAFE = frozenset(
         "reduce.platform_diagonal",  # where(I, x, 0) summed keeps each diagonal entry as it is
         "reduce.sum_transpose",  # the same elements summed in another order
         "reduce.weighted_sum",
+        "outer.product",  # each element the one product the dot forms
     }
 )
+
+
+F32 = "float32"
+LOW = ("bfloat16", "float16")
+
+
+def _narrower_floats() -> tuple[str, ...]:
+    """ml_dtypes' floats narrower than float16 (float8_*, float6_*, float4_*): a product of two
+    rounds or overflows there where the dot's float32 product does not (a float8_e5m2 trace with
+    320·320 - 320·320 on its diagonal was NaN, jax.jit's 0); diag_dot leaves their sums as written."""
+    import ml_dtypes
+
+    names = []
+    for name in dir(ml_dtypes):
+        try:
+            if name.startswith("float") and ml_dtypes.finfo(getattr(ml_dtypes, name)).bits < 16:
+                names.append(name)
+        except (TypeError, ValueError):  # not a float type
+            pass
+    return tuple(names)
+
+
+NARROWER = _narrower_floats()
+
+
+def sum_of(inner, axes, narrow=LOW[:1]):
+    """Σ inner as programs write it: directly, or over inner upcast to float32 (jnp's sum of a
+    bf16 or f16 array). Yields (pattern, up, only): `up` applies the same upcast to a replacement;
+    `only` (conditions, with V.d bound to inner's dtype) names the one `narrow` dtype each upcast
+    pattern is for. A replacement that computes in inner's own dtype what the program summed in
+    float32 may take only bfloat16, whose range is float32's: an int32 or float16 sum written in
+    float32 (`sum(x, dtype=f32)`) would wrap or overflow in its own type."""
+    yield Tensor.sum(inner, axes), lambda t: t, ()
+    upcast = Tensor.convert_element_type(inner, F32)
+    for dt in narrow:
+        only = (eq(V.d).to(String(dt)),)
+        yield Tensor.sum(upcast, axes), lambda t: Tensor.convert_element_type(t, F32), only
 
 
 class _Vars:

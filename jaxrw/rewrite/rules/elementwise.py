@@ -203,8 +203,13 @@ def _sqrt():
 
 
 def _square():
-    # a ** 2 <-> a·a   (integer_pow(a, 2) is computed as a·a: exact)
-    return [rewrite(Tensor.integer_pow(A, 2)).to(mul(A, A)), rewrite(mul(A, A)).to(Tensor.integer_pow(A, 2))]
+    # a ** 2 <-> a·a;  square(a) -> a·a   (integer_pow(a, 2) and lax.square, jnp.square's
+    # primitive since jax 0.4.36, are computed as a·a: exact)
+    return [
+        rewrite(Tensor.integer_pow(A, 2)).to(mul(A, A)),
+        rewrite(mul(A, A)).to(Tensor.integer_pow(A, 2)),
+        rewrite(_u("square", A)).to(mul(A, A)),
+    ]
 
 
 def _sqrt_example(rng, dt):
@@ -218,8 +223,10 @@ def _sqrt_example(rng, dt):
 
 
 def _square_example(rng, dt):
+    from jax import lax
+
     m, n_ = sizes(rng, 2)
-    return (lambda a: (a**2 + 1, a * a - 1)), (rand(rng, (m, n_), dt),)
+    return (lambda a: (a**2 + 1, a * a - 1, lax.square(a) - 2)), (rand(rng, (m, n_), dt),)
 
 
 _reg(
@@ -238,7 +245,7 @@ _reg(
     "sqrt(a)·sqrt(a) only for a >= 0 (derived); the exponent a literal 0.5",
     _sqrt_example,
 )
-_reg("square", "a**2 <-> a·a", True, _square, "integer power 2", _square_example, RING)
+_reg("square", "a**2 <-> a·a, square(a) -> a·a", True, _square, "integer power 2", _square_example, RING)
 
 
 # --- common factors ------------------------------------------------------------------------------

@@ -14,34 +14,13 @@ from egglog import String, Vec, eq, i64, ne, rewrite, rule, union
 from ..terms import DEFAULT_CFG, Tensor, diagonal_of, dtype, is_eye, is_eye_mask, kept_diagonal, shape
 from ..terms import fill as fill_
 from . import Rule, finding, register_rule
-from ._util import RING, V, rand, rank, same_dtype, sizes
+from ._util import F32, LOW, NARROWER, RING, V, rand, rank, same_dtype, sizes, sum_of
 
 A, B, C, M, X, Z, E = V.A, V.B, V.C, V.M, V.X, V.Z, V.E
 x = V.x
 nb, l, r, c, ax, s0, s1, k = V.nb, V.l, V.r, V.c, V.ax, V.s0, V.s1, V.k
 dot, sum_ = Tensor.dot, Tensor.sum
 T2 = Vec[i64](i64(1), i64(0))
-F32 = "float32"
-LOW = ("bfloat16", "float16")
-
-
-def _narrower_floats() -> tuple[str, ...]:
-    """ml_dtypes' floats narrower than float16 (float8_*, float6_*, float4_*): a product of two
-    rounds or overflows there where the dot's float32 product does not (a float8_e5m2 trace with
-    320·320 - 320·320 on its diagonal was NaN, jax.jit's 0); diag_dot leaves their sums as written."""
-    import ml_dtypes
-
-    names = []
-    for name in dir(ml_dtypes):
-        try:
-            if name.startswith("float") and ml_dtypes.finfo(getattr(ml_dtypes, name)).bits < 16:
-                names.append(name)
-        except (TypeError, ValueError):  # not a float type
-            pass
-    return tuple(names)
-
-
-NARROWER = _narrower_floats()
 
 
 def _reg(name, identity, exact, build, conditions, example):
@@ -55,28 +34,15 @@ def _axes(*a):
 # --- sums of products ------------------------------------------------------------------------------
 
 
-def _sum_of(inner, axes, narrow=LOW[:1]):
-    """Σ inner as programs write it: directly, or over inner upcast to float32 (jnp's sum of a
-    bf16 or f16 array). Yields (pattern, up, only): `up` applies the same upcast to a replacement;
-    `only` (conditions, with V.d bound to inner's dtype) names the one `narrow` dtype each upcast
-    pattern is for. A replacement that computes in inner's own dtype what the program summed in
-    float32 may take only bfloat16, whose range is float32's: an int32 or float16 sum written in
-    float32 (`sum(x, dtype=f32)`) would wrap or overflow in its own type."""
-    yield sum_(inner, axes), lambda t: t, ()
-    upcast = Tensor.convert_element_type(inner, F32)
-    for dt in narrow:
-        yield sum_(upcast, axes), lambda t: Tensor.convert_element_type(t, F32), (eq(V.d).to(String(dt)),)
-
-
 def _sum_dot():
     # Σ_rows (A·B) -> (Σ_rows A)·B   [A 2-D; output axis 0 is A's free axis]
     # Σ_cols (A·B) -> A·(Σ_cols B)   [B 2-D; output's last axis is B's free axis]
     prod = dot(A, B, 0, l, r, c)
     out = []
-    for lhs, up, only in _sum_of(prod, _axes(0)):
+    for lhs, up, only in sum_of(prod, _axes(0)):
         rhs = up(dot(sum_(A, Vec[i64](1 - l)), B, 0, 0, r, c))
         out.append(rewrite(lhs).to(rhs, rank(A, 2), *same_dtype(A, B, prod), *only))
-    for lhs, up, only in _sum_of(prod, V.dims):
+    for lhs, up, only in sum_of(prod, V.dims):
         one_axis = (eq(V.dims.length()).to(i64(1)), eq(ax).to(V.dims[0]))
         conds = (*one_axis, rank(B, 2), eq(ax).to(shape(A).length() - 1), *same_dtype(A, B, prod), *only)
         out.append(
@@ -145,7 +111,7 @@ def _sum_transpose():
             (Tensor.mul(t(A), t(B)), Tensor.mul(A, B)),
             (Tensor.integer_pow(t(A), k), Tensor.integer_pow(A, k)),
         ):
-            for pattern, up, only in _sum_of(lhs, ax, LOW):  # bf16/f16 summed in float32 too
+            for pattern, up, only in sum_of(lhs, ax, LOW):  # bf16/f16 summed in float32 too
                 typed = (eq(dtype(lhs)).to(V.d), *only) if only else ()
                 out.append(rewrite(pattern).to(sum_(up(rhs), ax), *typed))
     return out
@@ -236,7 +202,7 @@ def _diagonal_sums(form):
     diagonal_axes = Vec[i64](nb + 1)
     for axes, trace in ((Vec[i64](nb, nb + 1), True), (Vec[i64](nb), False), (diagonal_axes, False)):
         new_axes = axes if trace else diagonal_axes
-        plain, *upcasts = _sum_of(M, V.dims, LOW)
+        plain, *upcasts = sum_of(M, V.dims, LOW)
         at = (eq(V.dims).to(axes),)
         for (lhs, _, only), low in zip(upcasts, LOW, strict=True):
             rhs = _diagonal_sum(wide, low, nb) if trace else _diagonal(wide, low, nb)
@@ -437,10 +403,10 @@ def _weighted_sum():
         conds = (rank(X, 2), rank(w, 1), eq(shape(X)[axis]).to(shape(w)[0]), *same_dtype(X, w))
         for prod in (Tensor.mul(X, bw), Tensor.mul(bw, X)):
             full = eq(shape(X)).to(shape(prod))  # X itself not broadcast by the product
-            for lhs, up, only in _sum_of(prod, _axes(axis)):
+            for lhs, up, only in sum_of(prod, _axes(axis)):
                 out.append(rewrite(lhs).to(up(rhs), *conds, full, *only))
     conds = (rank(X, 1), rank(w, 1), eq(shape(X)).to(shape(w)), *same_dtype(X, w))
-    for lhs, up, only in _sum_of(Tensor.mul(X, w), _axes(0)):
+    for lhs, up, only in sum_of(Tensor.mul(X, w), _axes(0)):
         out.append(rewrite(lhs).to(up(dot(X, w, 0, 0, 0, DEFAULT_CFG)), *conds, *only))
     return out
 

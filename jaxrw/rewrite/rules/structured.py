@@ -380,4 +380,53 @@ _reg(
     _kron_example,
 )
 
+
+# --- one weight for every batch entry ----------------------------------------------------------
+
+
+def _shared_weight():
+    # A @batch bcast(W) -> A @ W;  A @batch (bcast(W) ± Q) -> A @ W ± A @batch Q
+    # [W 2-D, the same for every entry of the batch: one unbatched product over all rows of A;
+    # jax.vmap of x @ (W + A_i @ B_i), per-example adapters, broadcasts W to [1, d, d]]
+    out = []
+    r, W, Q = V.r, V.Y, V.Z
+    bw = bcast(W, sb, _iv(1, 2))
+    shared = Tensor.dot(A, W, 0, l, r - 1, V.c)
+    conds = (rank(W, 2), V.r >= 1, *same_dtype(A, W))
+    out.append(rule(eq(x).to(Tensor.dot(A, bw, 1, l, r, V.c)), *conds).then(union(x).with_(shared)))
+    for combine in (Tensor.add, Tensor.sub):
+        for summands, flip in (((bw, Q), False), ((Q, bw), True)):
+            lhs = Tensor.dot(A, combine(*summands), 1, l, r, V.c)
+            per = Tensor.dot(A, Q, 1, l, r, V.c)
+            rhs = combine(per, shared) if flip else combine(shared, per)
+            whole = eq(shape(Q)).to(shape(combine(*summands)))  # Q itself not broadcast
+            out.append(rule(eq(x).to(lhs), *conds, whole, *same_dtype(Q, x)).then(union(x).with_(rhs)))
+    return out
+
+
+def _shared_weight_example(rng, dt):
+    import jax
+    import jax.numpy as jnp
+
+    b_, s_, d_, r_ = sizes(rng, 4, 2, 17)
+    shapes = ((b_, s_, d_), (d_, d_), (b_, d_, r_), (b_, r_, d_))
+
+    def f(x, w, a, b):  # per-example low-rank adapters (multi-LoRA under jax.vmap)
+        lora = jax.vmap(lambda x, a, b: x @ (w + a @ b), (0, 0, 0))(x, a, b)
+        shared = jnp.einsum("bsd,bde->bse", x, jnp.broadcast_to(w, (b_, d_, d_)))
+        return lora, shared, jax.vmap(lambda x, a, b: x @ (a @ b - w))(x, a, b)
+
+    return f, tuple(rand(rng, s, dt) for s in shapes)
+
+
+_reg(
+    "shared_weight",
+    "A @batch bcast(W) -> A @ W, A @batch (bcast(W) ± Q) -> A @ W ± A @batch Q",
+    False,
+    _shared_weight,
+    "W 2-D broadcast along the batch axis only (to size 1 or the batch's); Q of the sum's shape; "
+    "one batch axis; one dtype",
+    _shared_weight_example,
+)
+
 __all__: list[str] = []

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from .harness import reaches
+import jaxrw
+
+from .harness import reaches, run_rules
 
 
 def _rand(rng, *shape):
@@ -71,3 +75,24 @@ def test_products_with_broadcast_rows_and_columns():
         (v, b),
     )
     reaches(lambda b: jnp.ones((256, 256)) @ b, lambda b: jnp.broadcast_to(b.sum(0), (256, 256)), (b,))
+
+
+def test_per_example_adapters_share_the_base_weight():
+    # multi-LoRA under jax.vmap: x_b @ (W + A_b B_b) formed a [b, d, d] weight per example
+    rng = np.random.default_rng(6)
+    x, w = _rand(rng, 8, 4, 128), _rand(rng, 128, 128) / 16
+    a, b = _rand(rng, 8, 128, 4) / 16, _rand(rng, 8, 4, 128) / 16
+    f = jax.vmap(lambda x, a, b, w: x @ (w + a @ b), (0, 0, 0, None))
+    hand = lambda x, a, b, w: x @ w + jnp.einsum("bsr,brd->bsd", jnp.einsum("bsd,bdr->bsr", x, a), b)  # noqa: E731
+    opt = reaches(f, hand, (x, a, b, w))
+    assert opt.report.rules_fired.get("structured.shared_weight"), opt.report
+
+
+def test_a_weight_broadcast_along_another_axis_is_not_shared():
+    # v broadcast along the rows of each batch entry differs per entry: not one weight for all
+    rng = np.random.default_rng(7)
+    x, v = _rand(rng, 6, 4, 8), _rand(rng, 6, 8)
+    f = lambda x, v: jnp.einsum("bsd,bde->bse", x, lax.broadcast_in_dim(v, (6, 8, 8), (0, 2)))  # noqa: E731
+    fired = run_rules(f, (x, v), ["structured.shared_weight"]).report.rules_fired
+    assert not fired.get("structured.shared_weight"), fired
+    np.testing.assert_allclose(jaxrw.optimize(f)(x, v), jax.jit(f)(x, v), rtol=1e-5)

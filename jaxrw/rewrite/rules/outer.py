@@ -1,0 +1,252 @@
+"""Outer products: dots that contract no axis, as jax.vmap makes per-example gradients.
+
+The gradient of `x @ W` for one example is the outer product x ⊗ δ; under jax.vmap it is a
+dot_general over the batch axis that contracts nothing, [b, n] x [b, m] -> [b, n, m]. Programs
+that clip per-example gradients (DP-SGD) then take each one's norm and a weighted sum over the
+batch, both of which need only the factors:
+
+    Σ_jk (x_j δ_k)² = (Σ_j x_j²)(Σ_k δ_k²)        Σ_b c_b x_b ⊗ δ_b = (c∘X)ᵀ Δ
+
+`outer.product` writes each such dot as the elementwise product of its operands broadcast to
+the output (each element is the same one product), and the other rules read that form: sums
+of it and of its square over the product axes, its sum over the batch axis (a dot contracting
+it), a transpose of it, and a per-example scale of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from egglog import String, Vec, eq, i64, ne, rewrite, rule, union, vars_
+
+from ..egg_source import EggSource, Str, ivec
+from ..terms import DEFAULT_CFG, Tensor, joined, shape
+from . import Rule, register_rule
+from ._util import F32, NARROWER, RING, V, rand, rank, same_dtype, sizes, sum_of
+
+A, B, C, x = V.A, V.B, V.C, V.x
+so, sa, sc, sS = V.so, V.sa, V.sc, V.sb
+bcast, mul, sum_, pow_ = Tensor.broadcast_in_dim, Tensor.mul, Tensor.sum, Tensor.integer_pow
+sp, sq = vars_("outer_sp outer_sq", Vec[i64])  # the operands' broadcast shapes
+(O,) = vars_("outer_o", Tensor)  # the outer product's class
+BATCHES = (0, 1, 2)  # leading batch axes (jax.vmap, once or twice)
+
+
+def _reg(name, identity, exact, build, conditions, example, dtypes=RING, **kw):
+    register_rule(Rule(f"outer.{name}", "outer", identity, exact, build, conditions, example, dtypes, **kw))
+
+
+def _iv(*a):
+    return Vec[i64](*[i64(v) for v in a])
+
+
+def _dims(nb):
+    """Where the left and the right operand of an outer product with nb batch axes go."""
+    return _iv(*range(nb), nb), _iv(*range(nb), nb + 1)
+
+
+def _outer(p, q, nb):
+    """p ⊗ q past nb batch axes, both broadcast and multiplied: to the output's shape (as
+    outer.product writes it), or with a unit axis where the other has its own (x[:, :, None] *
+    y[:, None, :], the product broadcasting them)."""
+    dp, dq = _dims(nb)
+    return mul(bcast(p, sp, dp), bcast(q, sq, dq))
+
+
+def _is_outer(t, p, q, nb):
+    """Conditions: t (its shape bound to V.so) is p ⊗ q past nb batch axes, all of one dtype:
+    p's and q's shapes are the output's batch axes and their own axis."""
+    lead = [so[i] for i in range(nb)]
+    return (
+        eq(t).to(_outer(p, q, nb)),
+        eq(shape(t)).to(so),
+        eq(so.length()).to(i64(nb + 2)),
+        eq(shape(p)).to(Vec[i64](*lead, so[nb])),
+        eq(shape(q)).to(Vec[i64](*lead, so[nb + 1])),
+        *same_dtype(p, q, t),
+    )
+
+
+def _full(p, q, nb, out):
+    """p ⊗ q as outer.product writes it: both broadcast to `out`, multiplied."""
+    dp, dq = _dims(nb)
+    return mul(bcast(p, out, dp), bcast(q, out, dq))
+
+
+# --- the elementwise form -----------------------------------------------------------------------
+
+
+def _seed_outer_products(program: Any) -> int:
+    """Each dot that contracts no axis (Program.outers) = its operands broadcast and multiplied.
+    A seed, not a rule: the dot is an opaque dot_general to the e-graph, whose rules cannot
+    read a node's operands out of its Vec."""
+    src = EggSource(program.egraph)
+    for site in program.outers:
+        a, b = site.a, site.b
+        if site.widen:
+            a, b = (src.call(Tensor.convert_element_type, t, Str(site.dtype)) for t in (a, b))
+        nb, na = site.nb, len(site.sa)
+        out = (*site.sa, *site.sb[nb:])
+        left = src.call(bcast, a, ivec(out), ivec(range(na)))
+        right = src.call(bcast, b, ivec(out), ivec([*range(nb), *range(na, len(out))]))
+        src.add(src.call(joined, site.term, src.call(mul, left, right)))
+    src.flush()
+    if program.symbols:  # the constructors written here can make more rules match (reach.py)
+        program.symbols = program.symbols | frozenset(src.refs)
+    return len(program.outers)
+
+
+def _products_example(rng, dt):
+    import jax.numpy as jnp
+    from jax import lax
+
+    b_, n_, m_ = sizes(rng, 3, 2, 17)
+    wide = jnp.float32 if dt == "bfloat16" else None  # widened as jax.grad of a bf16 layer writes it
+
+    def f(u, v, xs, ys):  # per-example gradients of a linear layer under jax.vmap: [b, n] x [b, m]
+        per = lax.dot_general(xs, ys, (((), ()), ((0,), (0,))), preferred_element_type=wide)
+        return lax.dot_general(u, v, (((), ()), ((), ()))), per
+
+    return f, (rand(rng, (n_,), dt), rand(rng, (m_,), dt), rand(rng, (b_, n_), dt), rand(rng, (b_, m_), dt))
+
+
+_reg(
+    "product",
+    "dot_general contracting no axis -> a[.., :, None] * b[.., None, :] (broadcast, multiplied)",
+    False,  # a GPU's float32 dot under DEFAULT precision may round its operands to TF32; this not
+    list,  # no egglog rewrites: written for each such dot before saturation
+    "batch axes leading on both operands; one precision; the result type theirs or one in which "
+    "their product is exact (bfloat16/float16 -> float32)",
+    _products_example,
+    seed=_seed_outer_products,
+)
+
+
+# --- sums of outer products ---------------------------------------------------------------------
+
+
+def _sums():
+    # Σ_{i,j} p_i q_j -> (Σ p)(Σ q);  Σ_{i,j} (p_i q_j)² -> (Σ p²)(Σ q²)   [past nb batch axes]
+    out = []
+    for nb in BATCHES:
+        axes, own = _iv(nb, nb + 1), _iv(nb)
+        for f in (lambda t: t, lambda t: pow_(t, 2)):
+            inner = f(O)
+            plain, upcast = sum_of(inner, axes)
+            # float16 and narrower: p² overflows (past 256 in float16) where (p q)² need not
+            own_type = tuple(ne(V.d).to(String(n)) for n in ("float16", *NARROWER))
+            rhs = mul(sum_(f(A), own), sum_(f(B), own))
+            out.append(rewrite(plain[0]).to(rhs, *_is_outer(O, A, B, nb), *own_type))
+            # bfloat16 summed in float32 (jnp.sum): the factors' sums in float32 too
+            wide = mul(*(sum_(Tensor.convert_element_type(f(t), F32), own) for t in (A, B)))
+            out.append(rewrite(upcast[0]).to(wide, *_is_outer(O, A, B, nb), *upcast[2]))
+    return out
+
+
+def _batch_sum():
+    # Σ_b p_b ⊗ q_b -> pᵀq   [p: b x n, q: b x m]: the batch axis contracted by one dot
+    out = []
+    for lhs, up, only in sum_of(O, _iv(0)):
+        rhs = up(Tensor.dot(A, B, 0, 0, 0, DEFAULT_CFG))
+        out.append(rewrite(lhs).to(rhs, *_is_outer(O, A, B, 1), *only))
+    # Σ_b c_b p_b ⊗ q_b written as a contraction with c (optax's per_example_global_norm_clip:
+    # jnp.tensordot(c, g, axes=1)) -> (c∘p)ᵀq, in the contraction's own configuration
+    scaled = Tensor.dot(mul(A, bcast(C, sa, _iv(0))), B, 0, 0, 0, V.c)
+    for lhs in (Tensor.dot(C, O, 0, 0, 0, V.c), Tensor.dot(O, C, 0, 0, 0, V.c)):
+        conds = (*_is_outer(O, A, B, 1), rank(C, 1), *same_dtype(C, x), eq(shape(A)).to(sa))
+        out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(scaled)))
+    return out
+
+
+def _sums_example(rng, dt):
+    import jax.numpy as jnp
+    from jax import lax
+
+    b_, n_, m_ = sizes(rng, 3, 2, 17)
+
+    def f(p, q, pb, qb):
+        one = lax.broadcast_in_dim(p, (n_, m_), (0,)) * lax.broadcast_in_dim(q, (n_, m_), (1,))
+        per = lax.broadcast_in_dim(pb, (b_, n_, m_), (0, 1)) * lax.broadcast_in_dim(qb, (b_, n_, m_), (0, 2))
+        weighted = jnp.tensordot(pb[:, 0], per, axes=1)  # Σ_b c_b p_b ⊗ q_b
+        return jnp.sum(one), jnp.sum(per**2, axis=(1, 2)), jnp.sum(per, axis=0), weighted
+
+    args = (rand(rng, (n_,), dt), rand(rng, (m_,), dt), rand(rng, (b_, n_), dt), rand(rng, (b_, m_), dt))
+    return f, args
+
+
+_reg(
+    "sum",
+    "Σ_ij p_i q_j -> (Σ p)(Σ q), Σ_ij (p_i q_j)² -> (Σ p²)(Σ q²), per batch entry",
+    False,
+    _sums,
+    "p, q vectors past the same batch axes, broadcast to their outer product; summed over both "
+    "product axes; one dtype, not float16 or narrower",
+    _sums_example,
+)
+_reg(
+    "batch_sum",
+    "Σ_b p_b ⊗ q_b -> pᵀq, Σ_b c_b p_b ⊗ q_b -> (c∘p)ᵀq (the batch axis contracted)",
+    False,
+    _batch_sum,
+    "p [b, n] and q [b, m] broadcast to [b, n, m]; summed over b, or contracted with c [b]; one dtype",
+    _sums_example,
+)
+
+
+# --- moving an outer product ------------------------------------------------------------------
+
+
+def _transpose():
+    # (p ⊗ q)ᵀ -> q ⊗ p   [the last two axes swapped, past nb batch axes]
+    out = []
+    for nb in BATCHES:
+        swap = _iv(*range(nb), nb + 1, nb)
+        lhs = Tensor.transpose(O, swap)
+        conds = (*_is_outer(O, A, B, nb), eq(shape(x)).to(sc))
+        out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(_full(B, A, nb, sc))))
+    return out
+
+
+def _scale():
+    # (p_b ⊗ q_b) c_b -> (c_b p_b) ⊗ q_b   [a per-example scale, broadcast from c: b]
+    out = []
+    s = bcast(C, sS, _iv(0))
+    for lhs in (mul(O, s), mul(s, O)):
+        conds = (*_is_outer(O, A, B, 1), rank(C, 1), *same_dtype(C, x))
+        conds += (eq(shape(x)).to(so), eq(shape(A)).to(sa))
+        rhs = _full(mul(A, bcast(C, sa, _iv(0))), B, 1, so)
+        out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
+    return out
+
+
+def _moves_example(rng, dt):
+    import jax.numpy as jnp
+    from jax import lax
+
+    b_, n_, m_ = sizes(rng, 3, 2, 17)
+
+    def f(p, q, c):
+        per = lax.broadcast_in_dim(p, (b_, n_, m_), (0, 1)) * lax.broadcast_in_dim(q, (b_, n_, m_), (0, 2))
+        return jnp.swapaxes(per, 1, 2) * c[:, None, None], c[:, None, None] * per
+
+    return f, (rand(rng, (b_, n_), dt), rand(rng, (b_, m_), dt), rand(rng, (b_,), dt))
+
+
+_reg(
+    "transpose",
+    "(p ⊗ q)ᵀ -> q ⊗ p (the product axes swapped)",
+    True,
+    _transpose,
+    "p, q vectors past the same batch axes, broadcast to their outer product",
+    _moves_example,
+)
+_reg(
+    "scale",
+    "(p_b ⊗ q_b) c_b -> (c_b p_b) ⊗ q_b",
+    False,
+    _scale,
+    "p [b, n] and q [b, m] broadcast to [b, n, m], times c [b] broadcast along the batch axis; one dtype",
+    _moves_example,
+)
+
+__all__: list[str] = []

@@ -1,0 +1,78 @@
+"""Places in a program the encoder records for seeds (rules/__init__.py: Rule.seed): unbatched
+dots that `batch.stack_dots` may stack, and dots that contract no axis, which
+`structured.outer_product` writes as the elementwise products they are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from .egg_source import Sym
+
+__all__ = ["DotSite", "OuterSite", "outer_form"]
+
+
+@dataclass(frozen=True)
+class DotSite:
+    """An unbatched dot of the program as written, of operands of rank 1 or 2 and one dtype:
+    what `batch.stack_dots` groups (equal shapes, form and level) into one batched dot."""
+
+    term: Sym  # the dot's let name
+    a: Sym
+    b: Sym
+    sa: tuple[int, ...]
+    sb: tuple[int, ...]
+    lc: int
+    rc: int
+    cfg: int
+    level: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class OuterSite:
+    """A dot_general that contracts no axis, its `nb` batch axes leading on both sides: each
+    output element is one product a[.., i] b[.., j] (per-example gradients under jax.vmap).
+    `widen`: the operands are converted to `dtype` first (a wider preferred_element_type)."""
+
+    term: Sym
+    a: Sym
+    b: Sym
+    sa: tuple[int, ...]
+    sb: tuple[int, ...]
+    nb: int
+    dtype: str
+    widen: bool
+
+
+# preferred_element_type wider than the operands where a product of two operands is exact in it
+# (8- and 11-bit significands make at most 22 bits; float32 has 24, float64 53)
+_EXACT_WIDER = {("bfloat16", "float32"), ("float16", "float32"), ("bfloat16", "float64"),
+                ("float16", "float64"), ("float32", "float64")}  # fmt: skip
+
+
+def outer_form(eqn: Any) -> tuple[tuple[int, ...], tuple[int, ...], int, str, bool] | None:
+    """(sa, sb, nb, dtype, widen) of an OuterSite where `eqn` is a dot_general that contracts no
+    axis, batches over the same leading axes of both operands, and computes each product as
+    an elementwise multiply does: one precision (None), real or integer operands of one dtype,
+    and a result type that is theirs or one in which their product is exact."""
+    p = eqn.params
+    (lc, rc), (lb, rb) = p["dimension_numbers"]
+    nb = len(lb)
+    if lc or rc or tuple(lb) != tuple(range(nb)) or tuple(rb) != tuple(range(nb)):
+        return None
+    if any(p.get(k) is not None for k in ("precision", "out_sharding")):
+        return None
+    a, b = (v.aval for v in eqn.invars)
+    in_dt = str(a.dtype)
+    real = jnp.issubdtype(a.dtype, jnp.floating) or jnp.issubdtype(a.dtype, jnp.integer)
+    if in_dt != str(b.dtype) or not real:
+        return None
+    pet = p.get("preferred_element_type")
+    out_dt = in_dt if pet is None else str(np.dtype(pet))
+    if out_dt != in_dt and (in_dt, out_dt) not in _EXACT_WIDER:
+        return None
+    return tuple(a.shape), tuple(b.shape), nb, out_dt, out_dt != in_dt

@@ -1,0 +1,202 @@
+"""Outer products (rules/outer.py): per-example gradients under jax.vmap, their norms and their
+clipped sum (DP-SGD), checked against float64 and for what the rewritten program no longer
+computes; and the programs the rules must leave alone."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxrw
+from jaxrw.rewrite.encode import encode
+from jaxrw.rewrite.rules import select_rules
+
+from .harness import flat_jaxpr, reference, rel_err, run_rules
+
+select_rules(None)  # load every family
+
+
+def _normal(rng, *shape, dtype=jnp.float32):
+    return jnp.asarray(rng.standard_normal(shape), dtype)
+
+
+def _loss(w, x, y):
+    return jnp.sum(jnp.tanh(x @ w) * y)
+
+
+def _per_example(w, xs, ys):
+    return jax.vmap(jax.grad(_loss), in_axes=(None, 0, 0))(w, xs, ys)
+
+
+def grad_norms(w, xs, ys):
+    return jnp.sqrt(jnp.sum(_per_example(w, xs, ys) ** 2, axis=(1, 2)))
+
+
+def clipped_mean(w, xs, ys):
+    g = _per_example(w, xs, ys)
+    norms = jnp.sqrt(jnp.sum(g**2, axis=(1, 2)))
+    return jnp.mean(g * jnp.minimum(1.0, 1.0 / (norms + 1e-6))[:, None, None], axis=0)
+
+
+def _args(seed, b=24, n=16, m=12, dtype=jnp.float32):
+    rng = np.random.default_rng(seed)
+    return _normal(rng, n, m, dtype=dtype), _normal(rng, b, n, dtype=dtype), _normal(rng, b, m, dtype=dtype)
+
+
+def _shapes(opt, args):
+    """Every intermediate shape of the program `opt` runs for `args` (nested jaxprs too)."""
+
+    def walk(jaxpr):
+        for e in jaxpr.eqns:
+            yield from (tuple(v.aval.shape) for v in e.outvars)
+            for sub in jax.extend.core.jaxprs_in_params(e.params):
+                yield from walk(sub)
+
+    return set(walk(jax.make_jaxpr(opt)(*args).jaxpr))
+
+
+def _optimized(fn, args, **options):
+    opt = jaxrw.optimize(fn, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback would hide a failure here
+        out = opt(*args)
+    return opt, out
+
+
+@pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_per_example_gradient_norms_need_only_the_factors(dtype, tol, seed):
+    args = _args(seed, dtype=dtype)
+    opt, out = _optimized(grad_norms, args)
+    fired = opt.report(*args).rules_fired
+    assert fired.get("outer.product") and fired.get("outer.sum"), fired
+    assert opt.report(*args).rewritten
+    (want,) = reference(grad_norms, args)
+    assert rel_err(out, want) <= max(tol, 10 * rel_err(jax.jit(grad_norms)(*args), want))
+    # no [b, n, m] gradient is formed: the norm is |x| |δ| per example
+    assert (24, 16, 12) not in _shapes(opt, args) and (24, 12, 16) not in _shapes(opt, args)
+
+
+@pytest.mark.parametrize("numerics", ["default", "fast"])
+def test_a_clipped_mean_of_per_example_gradients_is_one_product(numerics):
+    args = _args(2)
+    opt, out = _optimized(clipped_mean, args, numerics=numerics)
+    fired = opt.report(*args).rules_fired
+    assert fired.get("outer.scale") and fired.get("outer.batch_sum"), fired
+    (want,) = reference(clipped_mean, args)
+    assert rel_err(out, want) <= 1e-5
+    if numerics == "fast":  # the norms too (under the default they reach a divisor: nonfinite.py)
+        assert (24, 16, 12) not in _shapes(opt, args) and (24, 12, 16) not in _shapes(opt, args)
+
+
+def optax_style_clip(w, xs, ys):
+    """As optax.per_example_global_norm_clip writes it: norms by jnp.square, the clipped sum as a
+    tensordot of the multipliers with the gradients."""
+    g = _per_example(w, xs, ys)
+    norms = jax.vmap(lambda t: jnp.sqrt(jnp.sum(jnp.square(t))))(g)
+    return jnp.tensordot(jnp.nan_to_num(jnp.minimum(1.0 / norms, 1.0)), g, axes=1)
+
+
+@pytest.mark.parametrize("numerics", ["default", "fast"])
+def test_optax_style_clipping(numerics):
+    args = _args(7)
+    opt, out = _optimized(optax_style_clip, args, numerics=numerics)
+    fired = opt.report(*args).rules_fired
+    assert fired.get("outer.batch_sum"), fired
+    (want,) = reference(optax_style_clip, args)
+    assert rel_err(out, want) <= 1e-5
+    formed = (24, 16, 12) in _shapes(opt, args) or (24, 12, 16) in _shapes(opt, args)
+    assert formed == (numerics == "default")  # the norms reach a divisor: "fast" only
+
+
+def test_vmap_of_vmap_and_jnp_outer():
+    rng = np.random.default_rng(3)
+    xs, ys = _normal(rng, 3, 5, 16), _normal(rng, 3, 5, 12)
+    u, v = _normal(rng, 16), _normal(rng, 12)
+
+    def f(xs, ys, u, v):
+        per = jax.vmap(jax.vmap(lambda x, y: jnp.outer(x, y)))(xs, ys)  # [3, 5, 16, 12]
+        two = jax.vmap(jax.vmap(lambda x, y: lax.dot_general(x, y, (((), ()), ((), ())))))(xs, ys)
+        return jnp.sum(per**2, axis=(2, 3)), jnp.sum(two, axis=(2, 3)), jnp.sum(jnp.outer(u, v) ** 2)
+
+    opt, out = _optimized(f, (xs, ys, u, v))
+    fired = opt.report(xs, ys, u, v).rules_fired
+    assert fired.get("outer.sum", 0) >= 3, fired
+    for got, want in zip(out, reference(f, (xs, ys, u, v)), strict=True):
+        assert rel_err(got, want) <= 1e-5
+
+
+def test_only_dots_that_contract_nothing_are_outer_products():
+    rng = np.random.default_rng(4)
+    xs, ys, w = _normal(rng, 6, 8), _normal(rng, 6, 8), _normal(rng, 8, 8)
+
+    def f(xs, ys, w):
+        return (
+            lax.dot_general(xs, ys, (((1,), (1,)), ((0,), (0,)))),  # contracts: a batched dot
+            xs @ w,
+            # a precision of its own
+            lax.dot_general(xs, ys, (((), ()), ((), ())), precision=lax.Precision.HIGHEST),
+            lax.dot_general(xs, ys.astype(jnp.bfloat16), (((), ()), ((0,), (0,)))),  # mixed operand types
+        )
+
+    program = encode(flat_jaxpr(f, (xs, ys, w))[0])
+    assert program.outers == []
+
+
+# --- what must stay --------------------------------------------------------------------------------
+
+
+def _outer3(p, q):
+    b, n = p.shape
+    m = q.shape[1]
+    return lax.broadcast_in_dim(p, (b, n, m), (0, 1)) * lax.broadcast_in_dim(q, (b, n, m), (0, 2))
+
+
+LEFT_ALONE = {
+    # a sum over one product axis only: p_i² Σ_j q_j², not a product of two sums
+    "outer.sum over one axis": (lambda p, q: jnp.sum(_outer3(p, q) ** 2, axis=2), "outer.sum"),
+    # the square summed over the batch: Σ_b p_b² q_b², not (Σ p²)(Σ q²)
+    "outer.batch_sum of a square": (lambda p, q: jnp.sum(_outer3(p, q) ** 2, axis=0), "outer.batch_sum"),
+    # a cube: Σ (p q)³ = (Σ p³)(Σ q³) holds, but only the square is written (no rule for it)
+    "outer.sum of a cube": (lambda p, q: jnp.sum(_outer3(p, q) ** 3, axis=(1, 2)), "outer.sum"),
+    # a scale along a product axis is not per example
+    "outer.scale along n": (lambda p, q: _outer3(p, q) * p[:1, :, None], "outer.scale"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LEFT_ALONE))
+def test_look_alikes_are_left_alone(case):
+    fn, rule = LEFT_ALONE[case]
+    rng = np.random.default_rng(5)
+    args = (_normal(rng, 6, 8), _normal(rng, 6, 5))
+    assert run_rules(fn, args, [rule]).report.rules_fired.get(rule, 0) == 0
+    np.testing.assert_allclose(jaxrw.optimize(fn)(*args), jax.jit(fn)(*args), rtol=1e-5, atol=1e-6)
+
+
+def test_an_operand_broadcast_along_the_batch_is_not_an_outer_product():
+    # p of one row broadcast over the batch: Σ_b p ⊗ q_b = p ⊗ Σ_b q_b, not a dot of p and q
+    rng = np.random.default_rng(6)
+    p, q = _normal(rng, 1, 8), _normal(rng, 6, 5)
+
+    def fn(p, q):
+        wide = lax.broadcast_in_dim(p, (6, 8, 5), (0, 1))
+        return jnp.sum(wide * lax.broadcast_in_dim(q, (6, 8, 5), (0, 2)), 0)
+
+    fired = run_rules(fn, (p, q), ["outer.batch_sum", "outer.sum"]).report.rules_fired
+    assert not fired.get("outer.batch_sum") and not fired.get("outer.sum"), fired
+    np.testing.assert_allclose(jaxrw.optimize(fn)(p, q), jax.jit(fn)(p, q), rtol=1e-5, atol=1e-6)
+
+
+def test_float16_squares_are_left_to_the_product():
+    # p² overflows float16 past 256 where (p q)² need not: 300 · 0.01 squared is 9
+    p = jnp.full((4, 3), 300.0, jnp.float16)
+    q = jnp.full((4, 2), 0.01, jnp.float16)
+    fn = lambda p, q: jnp.sum(_outer3(p, q) ** 2, axis=(1, 2))  # noqa: E731
+    assert run_rules(fn, (p, q), ["outer.sum"]).report.rules_fired.get("outer.sum", 0) == 0
+    assert np.isfinite(np.asarray(jaxrw.optimize(fn)(p, q), np.float32)).all()
