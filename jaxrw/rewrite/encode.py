@@ -27,14 +27,14 @@ from .lease import program_egraph
 from .platform_conds import constant_value, diagonal_gather, gathered_diagonal, running_branch
 from .primitives import (
     BINARY,
-    BODY_ELEMENTWISE,
     COVERED,
     CUSTOM_CALLS,
     ELEMENTWISE_CALL,
     ELEMENTWISE_TYPED,
     UNARY,
+    elementwise_call,
 )
-from .sites import DotSite, OuterSite, outer_form
+from .sites import DotSite, OuterSite, broadcast_outer, outer_form
 from .terms import (
     DEFAULT_CFG,
     Out,
@@ -118,6 +118,7 @@ class _Encoder:
         self.n_bound = 0  # let-bound equation terms (see `bind`)
         self.dots: list[DotSite] = []
         self.outers: list[OuterSite] = []
+        self._broadcasts: dict[Any, Any] = {}  # broadcast_in_dim equations by output (note_outer)
         self.rows: dict[Sym, tuple[Sym, int]] = {}
         self.stacks: list[tuple[Sym, tuple[Sym, ...]]] = []
         self._row_slices: dict[Sym, tuple[Sym, int]] = {}  # x[i:i+1] -> (x, i)
@@ -197,6 +198,19 @@ class _Encoder:
         elif name == "concatenate" and p["dimension"] == 0 and all(i in self._leads for i in ins):
             self.stacks.append((t, tuple(self._leads[i] for i in ins)))
 
+    def note_outer(self, eqn: Any, own: bool, env: dict, ins: list[Sym], t: Sym) -> None:
+        """Record outer products (sites.OuterSite) and the broadcasts they may be written with."""
+        name = eqn.primitive.name if own and len(eqn.outvars) == 1 else ""
+        if name == "broadcast_in_dim" and eqn.params.get("sharding") is None:
+            self._broadcasts[eqn.outvars[0]] = eqn
+        elif name == "dot_general" and (form := outer_form(eqn)) is not None:
+            self.outers.append(OuterSite(t, ins[0], ins[1], *form))
+        elif name == "mul" and (found := broadcast_outer(eqn, self._broadcasts)) is not None:
+            p, q, nb = found
+            sa, sb = tuple(p.aval.shape), tuple(q.aval.shape)
+            a, b = self.read(env, p), self.read(env, q)
+            self.outers.append(OuterSite(t, a, b, sa, sb, nb, str(p.aval.dtype), written=True))
+
     def note_type(self, t: Sym, aval: Any) -> None:
         self.src.set(shape, t, to=ivec(aval.shape))
         self.src.set(dtype, t, to=Str(str(aval.dtype)))
@@ -240,8 +254,7 @@ class _Encoder:
                 lvl = 1 + max((self.levels.get(t, 0) for t in ins), default=0)
                 if self._dot is not None:
                     self.note_dot(eqn, outs[0], lvl)
-                if own and name == "dot_general" and (form := outer_form(eqn)) is not None:
-                    self.outers.append(OuterSite(outs[0], ins[0], ins[1], *form))
+                self.note_outer(eqn, own, env, ins, outs[0])
                 if len(outs) == 1 and modeled:
                     self.note_stacking(eqn, ins, outs[0])
                 for o, v in zip(outs, eqn.outvars, strict=True):
@@ -300,7 +313,7 @@ class _Encoder:
             typed = self.structural(eqn, ins)
             if typed is not None:
                 return [typed]
-            if name in CUSTOM_CALLS and _elementwise_call(eqn):
+            if name in CUSTOM_CALLS and elementwise_call(eqn):
                 self.saturating_operands(ins)
                 return [self.t(Tensor.op, Str(ELEMENTWISE_CALL), self.param(eqn.primitive, p), Vec(ins))]
             if name in COVERED or name in nonfinite.VALUE_IDENTITIES:
@@ -547,30 +560,6 @@ def _refuse_symbolic_shapes(closed: Any) -> None:
             raise UnsupportedProgramError(
                 f"argument {i} has a symbolic shape ({dims}): only programs of concrete shapes are rewritten"
             )
-
-
-def _elementwise_call(eqn: Any) -> bool:
-    """Whether a custom_jvp/custom_vjp call computes its one output elementwise from operands of
-    that shape (or scalars): its body holds only elementwise primitives and inlined calls of them."""
-    out = eqn.outvars[0].aval
-    if any(getattr(v.aval, "shape", None) not in (out.shape, ()) for v in eqn.invars):
-        return False
-    body = eqn.params.get("call_jaxpr") or eqn.params.get("fun_jaxpr")
-    if body is None:
-        return False
-    return _elementwise_body(getattr(body, "jaxpr", body), out.shape)
-
-
-def _elementwise_body(jaxpr: Any, shape: tuple[int, ...]) -> bool:
-    for e in jaxpr.eqns:
-        if e.primitive.name in compat.ENCODER_INLINED:
-            if not _elementwise_body(compat.call_body(e).jaxpr, shape):
-                return False
-        elif e.primitive.name not in BODY_ELEMENTWISE or e.effects:
-            return False
-        if any(getattr(v.aval, "shape", None) not in (shape, ()) for v in [*e.invars, *e.outvars]):
-            return False
-    return True
 
 
 def _inlined_body(eqn: Any) -> Any:

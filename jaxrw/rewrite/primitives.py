@@ -4,9 +4,12 @@ unary and binary ops, ops kept with their parameters (`COVERED`), and elementwis
 
 from __future__ import annotations
 
+from typing import Any
+
+from .. import compat
 from .terms import Tensor
 
-__all__ = ["ELEMENTWISE_TYPED", "UNARY", "BINARY", "ELEMENTWISE_CALL", "COVERED"]
+__all__ = ["ELEMENTWISE_TYPED", "UNARY", "BINARY", "ELEMENTWISE_CALL", "COVERED", "elementwise_call"]
 
 # Elementwise primitives with a typed or named constructor (decoded through jax.lax).
 ELEMENTWISE_TYPED = {
@@ -99,3 +102,27 @@ COVERED = frozenset(
     | UNARY
     | BINARY
 )
+
+
+def elementwise_call(eqn: Any) -> bool:
+    """Whether a custom_jvp/custom_vjp call computes its one output elementwise from operands of
+    that shape (or scalars): its body holds only elementwise primitives and inlined calls of them."""
+    out = eqn.outvars[0].aval
+    if any(getattr(v.aval, "shape", None) not in (out.shape, ()) for v in eqn.invars):
+        return False
+    body = eqn.params.get("call_jaxpr") or eqn.params.get("fun_jaxpr")
+    if body is None:
+        return False
+    return elementwise_body(getattr(body, "jaxpr", body), out.shape)
+
+
+def elementwise_body(jaxpr: Any, shape: tuple[int, ...]) -> bool:
+    for e in jaxpr.eqns:
+        if e.primitive.name in compat.ENCODER_INLINED:
+            if not elementwise_body(compat.call_body(e).jaxpr, shape):
+                return False
+        elif e.primitive.name not in BODY_ELEMENTWISE or e.effects:
+            return False
+        if any(getattr(v.aval, "shape", None) not in (shape, ()) for v in [*e.invars, *e.outvars]):
+            return False
+    return True

@@ -10,9 +10,10 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from .. import compat
 from .egg_source import Sym
 
-__all__ = ["DotSite", "OuterSite", "outer_form"]
+__all__ = ["DotSite", "OuterSite", "outer_form", "broadcast_outer"]
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,11 @@ class DotSite:
 
 @dataclass(frozen=True)
 class OuterSite:
-    """A dot_general that contracts no axis, its `nb` batch axes leading on both sides: each
-    output element is one product a[.., i] b[.., j] (per-example gradients under jax.vmap).
-    `widen`: the operands are converted to `dtype` first (a wider preferred_element_type)."""
+    """An outer product past `nb` leading batch axes: each output element is one product
+    a[.., i] b[.., j]. A dot_general that contracts no axis (per-example gradients under
+    jax.vmap), or, `written`, a multiply of a and b broadcast against each other (jnp.outer,
+    x[:, :, None] * y[:, None, :]). `widen`: the operands are converted to `dtype` first (a
+    dot's wider preferred_element_type)."""
 
     term: Sym
     a: Sym
@@ -45,7 +48,8 @@ class OuterSite:
     sb: tuple[int, ...]
     nb: int
     dtype: str
-    widen: bool
+    widen: bool = False
+    written: bool = False
 
 
 # preferred_element_type wider than the operands where a product of two operands is exact in it
@@ -76,3 +80,27 @@ def outer_form(eqn: Any) -> tuple[tuple[int, ...], tuple[int, ...], int, str, bo
     if out_dt != in_dt and (in_dt, out_dt) not in _EXACT_WIDER:
         return None
     return tuple(a.shape), tuple(b.shape), nb, out_dt, out_dt != in_dt
+
+
+def broadcast_outer(eqn: Any, broadcasts: dict[Any, Any]) -> tuple[Any, Any, int] | None:
+    """(p, q, nb) where `eqn` multiplies p and q (jaxpr variables of one dtype, [.., n] and
+    [.., m]) broadcast against each other past nb <= 2 leading batch axes: p along the output's
+    axis nb, q along nb + 1, each to the output's size or 1 on the other's axis. `broadcasts`:
+    the broadcast_in_dim equations seen so far, by output variable."""
+    out = eqn.outvars[0].aval
+    nb = len(out.shape) - 2
+    found = [broadcasts.get(v) for v in eqn.invars if not compat.is_literal(v)]
+    if not 0 <= nb <= 2 or len(found) != 2 or None in found:
+        return None
+    lead = tuple(range(nb))
+    for bp, bq in (found, found[::-1]):
+        p, q = bp.invars[0], bq.invars[0]
+        dp, dq = (tuple(int(i) for i in b.params["broadcast_dimensions"]) for b in (bp, bq))
+        own = (tuple(p.aval.shape), tuple(q.aval.shape)) == (
+            (*out.shape[:nb], out.shape[nb]),
+            (*out.shape[:nb], out.shape[nb + 1]),
+        )
+        one_type = str(p.aval.dtype) == str(q.aval.dtype) == str(out.dtype)
+        if dp == (*lead, nb) and dq == (*lead, nb + 1) and own and one_type:
+            return p, q, nb
+    return None

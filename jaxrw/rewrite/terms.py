@@ -53,6 +53,7 @@ __all__ = [
     "is_eye",
     "is_eye_mask",
     "kept_diagonal",
+    "outer_of",
     "positive",
     "nonneg",
     "float_dtype",
@@ -251,6 +252,11 @@ diagonal_of = relation("diagonal_of", Tensor, Tensor)
 # ("select": where(I, ·, 0); "eye": ·∘I, NaN off it for an Inf there). Found once per product by
 # rules/reduce.py diag_dot, whose sums over it then need no pattern per layout
 kept_diagonal = relation("kept_diagonal", Tensor, Tensor, Tensor, i64, String)
+# outer_of(t, p, q, nb): t[.., i, j] = p[.., i] q[.., j] past nb leading batch axes (p, q of t's
+# dtype), written by rules/outer.py's seed where the program has such a product, and by its rules
+# for what they derive; the other outer rules query it, so a program without one never pays for
+# them (reach.py)
+outer_of = relation("outer_of", Tensor, Tensor, Tensor, i64)
 
 
 # Groups of dots for the multi-dot merges (rules/merge.py, rules/batch.py). A group holds the

@@ -7,27 +7,28 @@ batch, both of which need only the factors:
 
     Σ_jk (x_j δ_k)² = (Σ_j x_j²)(Σ_k δ_k²)        Σ_b c_b x_b ⊗ δ_b = (c∘X)ᵀ Δ
 
-`outer.product` writes each such dot as the elementwise product of its operands broadcast to
-the output (each element is the same one product), and the other rules read that form: sums
-of it and of its square over the product axes, its sum over the batch axis (a dot contracting
-it), a transpose of it, and a per-example scale of it.
+`outer.product` records each outer product the encoder found (such a dot, or a multiply of two
+vectors broadcast against each other: jnp.outer, x[:, :, None] * y[:, None, :]) as the fact
+`outer_of(t, p, q, nb)`, and writes each dot as the elementwise product it is. The other rules
+query that fact: sums of the product and of its square over the product axes, its sum over the
+batch axis (a dot contracting it), a transpose of it, and a per-example scale of it. A program
+without an outer product writes no fact, and these rules are not even registered (reach.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from egglog import String, Vec, eq, i64, ne, rewrite, rule, union, vars_
+from egglog import String, Vec, eq, i64, ne, rule, union, vars_
 
 from ..egg_source import EggSource, Str, ivec
-from ..terms import DEFAULT_CFG, Tensor, joined, shape
+from ..terms import DEFAULT_CFG, Tensor, joined, outer_of, shape
 from . import Rule, register_rule
 from ._util import F32, NARROWER, RING, V, rand, rank, same_dtype, sizes, sum_of
 
 A, B, C, x = V.A, V.B, V.C, V.x
 so, sa, sc, sS = V.so, V.sa, V.sc, V.sb
 bcast, mul, sum_, pow_ = Tensor.broadcast_in_dim, Tensor.mul, Tensor.sum, Tensor.integer_pow
-sp, sq = vars_("outer_sp outer_sq", Vec[i64])  # the operands' broadcast shapes
 (O,) = vars_("outer_o", Tensor)  # the outer product's class
 BATCHES = (0, 1, 2)  # leading batch axes (jax.vmap, once or twice)
 
@@ -45,51 +46,37 @@ def _dims(nb):
     return _iv(*range(nb), nb), _iv(*range(nb), nb + 1)
 
 
-def _outer(p, q, nb):
-    """p ⊗ q past nb batch axes, both broadcast and multiplied: to the output's shape (as
-    outer.product writes it), or with a unit axis where the other has its own (x[:, :, None] *
-    y[:, None, :], the product broadcasting them)."""
-    dp, dq = _dims(nb)
-    return mul(bcast(p, sp, dp), bcast(q, sq, dq))
-
-
-def _is_outer(t, p, q, nb):
-    """Conditions: t (its shape bound to V.so) is p ⊗ q past nb batch axes, all of one dtype:
-    p's and q's shapes are the output's batch axes and their own axis."""
-    lead = [so[i] for i in range(nb)]
-    return (
-        eq(t).to(_outer(p, q, nb)),
-        eq(shape(t)).to(so),
-        eq(so.length()).to(i64(nb + 2)),
-        eq(shape(p)).to(Vec[i64](*lead, so[nb])),
-        eq(shape(q)).to(Vec[i64](*lead, so[nb + 1])),
-        *same_dtype(p, q, t),
-    )
-
-
 def _full(p, q, nb, out):
-    """p ⊗ q as outer.product writes it: both broadcast to `out`, multiplied."""
+    """p ⊗ q broadcast to `out` and multiplied, as outer.product writes a dot."""
     dp, dq = _dims(nb)
     return mul(bcast(p, out, dp), bcast(q, out, dq))
+
+
+def _of(t, p, q, nb):
+    """Conditions: t = p ⊗ q past nb batch axes (outer_of), all of dtype V.d."""
+    return (outer_of(t, p, q, nb), *same_dtype(p, q, t))
 
 
 # --- the elementwise form -----------------------------------------------------------------------
 
 
 def _seed_outer_products(program: Any) -> int:
-    """Each dot that contracts no axis (Program.outers) = its operands broadcast and multiplied.
-    A seed, not a rule: the dot is an opaque dot_general to the e-graph, whose rules cannot
-    read a node's operands out of its Vec."""
+    """outer_of for each outer product the encoder found (Program.outers), and each dot among
+    them = its operands broadcast and multiplied. A seed, not a rule: a dot_general that
+    contracts nothing is opaque to the e-graph, whose rules cannot read a node's operands out of
+    its Vec; and the facts are written only where there is something to find."""
     src = EggSource(program.egraph)
     for site in program.outers:
         a, b = site.a, site.b
         if site.widen:
             a, b = (src.call(Tensor.convert_element_type, t, Str(site.dtype)) for t in (a, b))
-        nb, na = site.nb, len(site.sa)
-        out = (*site.sa, *site.sb[nb:])
-        left = src.call(bcast, a, ivec(out), ivec(range(na)))
-        right = src.call(bcast, b, ivec(out), ivec([*range(nb), *range(na, len(out))]))
-        src.add(src.call(joined, site.term, src.call(mul, left, right)))
+        src.add(src.call(outer_of, site.term, a, b, site.nb))
+        if not site.written:
+            nb, na = site.nb, len(site.sa)
+            out = (*site.sa, *site.sb[nb:])
+            left = src.call(bcast, a, ivec(out), ivec(range(na)))
+            right = src.call(bcast, b, ivec(out), ivec([*range(nb), *range(na, len(out))]))
+            src.add(src.call(joined, site.term, src.call(mul, left, right)))
     src.flush()
     if program.symbols:  # the constructors written here can make more rules match (reach.py)
         program.symbols = program.symbols | frozenset(src.refs)
@@ -112,7 +99,7 @@ def _products_example(rng, dt):
 
 _reg(
     "product",
-    "dot_general contracting no axis -> a[.., :, None] * b[.., None, :] (broadcast, multiplied)",
+    "outer products found (outer_of); a dot_general contracting no axis -> a[.., :, None] * b[.., None, :]",
     False,  # a GPU's float32 dot under DEFAULT precision may round its operands to TF32; this not
     list,  # no egglog rewrites: written for each such dot before saturation
     "batch axes leading on both operands; one precision; the result type theirs or one in which "
@@ -128,18 +115,18 @@ _reg(
 def _sums():
     # Σ_{i,j} p_i q_j -> (Σ p)(Σ q);  Σ_{i,j} (p_i q_j)² -> (Σ p²)(Σ q²)   [past nb batch axes]
     out = []
-    for nb in BATCHES:
-        axes, own = _iv(nb, nb + 1), _iv(nb)
-        for f in (lambda t: t, lambda t: pow_(t, 2)):
-            inner = f(O)
-            plain, upcast = sum_of(inner, axes)
-            # float16 and narrower: p² overflows (past 256 in float16) where (p q)² need not
-            own_type = tuple(ne(V.d).to(String(n)) for n in ("float16", *NARROWER))
-            rhs = mul(sum_(f(A), own), sum_(f(B), own))
-            out.append(rewrite(plain[0]).to(rhs, *_is_outer(O, A, B, nb), *own_type))
-            # bfloat16 summed in float32 (jnp.sum): the factors' sums in float32 too
-            wide = mul(*(sum_(Tensor.convert_element_type(f(t), F32), own) for t in (A, B)))
-            out.append(rewrite(upcast[0]).to(wide, *_is_outer(O, A, B, nb), *upcast[2]))
+    nb = V.nb
+    at = (eq(V.dims).to(Vec[i64](nb, nb + 1)),)
+    own = Vec[i64](nb)
+    for f in (lambda t: t, lambda t: pow_(t, 2)):
+        plain, upcast = sum_of(f(O), V.dims)
+        # float16 and narrower: p² overflows (past 256 in float16) where (p q)² need not
+        own_type = tuple(ne(V.d).to(String(n)) for n in ("float16", *NARROWER))
+        rhs = mul(sum_(f(A), own), sum_(f(B), own))
+        out.append(rule(eq(x).to(plain[0]), *_of(O, A, B, nb), *at, *own_type).then(union(x).with_(rhs)))
+        # bfloat16 summed in float32 (jnp.sum): the factors' sums in float32 too
+        wide = mul(*(sum_(Tensor.convert_element_type(f(t), F32), own) for t in (A, B)))
+        out.append(rule(eq(x).to(upcast[0]), *_of(O, A, B, nb), *at, *upcast[2]).then(union(x).with_(wide)))
     return out
 
 
@@ -148,12 +135,12 @@ def _batch_sum():
     out = []
     for lhs, up, only in sum_of(O, _iv(0)):
         rhs = up(Tensor.dot(A, B, 0, 0, 0, DEFAULT_CFG))
-        out.append(rewrite(lhs).to(rhs, *_is_outer(O, A, B, 1), *only))
+        out.append(rule(eq(x).to(lhs), *_of(O, A, B, 1), *only).then(union(x).with_(rhs)))
     # Σ_b c_b p_b ⊗ q_b written as a contraction with c (optax's per_example_global_norm_clip:
     # jnp.tensordot(c, g, axes=1)) -> (c∘p)ᵀq, in the contraction's own configuration
     scaled = Tensor.dot(mul(A, bcast(C, sa, _iv(0))), B, 0, 0, 0, V.c)
     for lhs in (Tensor.dot(C, O, 0, 0, 0, V.c), Tensor.dot(O, C, 0, 0, 0, V.c)):
-        conds = (*_is_outer(O, A, B, 1), rank(C, 1), *same_dtype(C, x), eq(shape(A)).to(sa))
+        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), eq(shape(A)).to(sa))
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(scaled)))
     return out
 
@@ -197,13 +184,14 @@ _reg(
 
 
 def _transpose():
-    # (p ⊗ q)ᵀ -> q ⊗ p   [the last two axes swapped, past nb batch axes]
+    # (p ⊗ q)ᵀ -> q ⊗ p   [the last two axes swapped, past nb batch axes]: computed in the
+    # transposed layout directly, where the program would copy its product (jax.grad transposes
+    # a vmapped dot's [b, m, n] result)
     out = []
     for nb in BATCHES:
         swap = _iv(*range(nb), nb + 1, nb)
-        lhs = Tensor.transpose(O, swap)
-        conds = (*_is_outer(O, A, B, nb), eq(shape(x)).to(sc))
-        out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(_full(B, A, nb, sc))))
+        swapped = rule(eq(x).to(Tensor.transpose(O, swap)), outer_of(O, A, B, nb), eq(shape(x)).to(sc))
+        out.append(swapped.then(outer_of(x, B, A, nb), union(x).with_(_full(B, A, nb, sc))))
     return out
 
 
@@ -211,11 +199,12 @@ def _scale():
     # (p_b ⊗ q_b) c_b -> (c_b p_b) ⊗ q_b   [a per-example scale, broadcast from c: b]
     out = []
     s = bcast(C, sS, _iv(0))
+    scaled = mul(A, bcast(C, sa, _iv(0)))
     for lhs in (mul(O, s), mul(s, O)):
-        conds = (*_is_outer(O, A, B, 1), rank(C, 1), *same_dtype(C, x))
-        conds += (eq(shape(x)).to(so), eq(shape(A)).to(sa))
-        rhs = _full(mul(A, bcast(C, sa, _iv(0))), B, 1, so)
-        out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
+        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x))
+        conds += (eq(shape(O)).to(so), eq(shape(x)).to(so), eq(shape(A)).to(sa))
+        rhs = _full(scaled, B, 1, so)
+        out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs), outer_of(x, scaled, B, i64(1))))
     return out
 
 
