@@ -60,13 +60,15 @@ _EXACT_WIDER = {("bfloat16", "float32"), ("float16", "float32"), ("bfloat16", "f
 
 def outer_form(eqn: Any) -> tuple[tuple[int, ...], tuple[int, ...], int, str, bool] | None:
     """(sa, sb, nb, dtype, widen) of an OuterSite where `eqn` is a dot_general that contracts no
-    axis, batches over the same leading axes of both operands, and computes each product as
+    axis of two vectors past the same nb <= 2 leading batch axes, and computes each product as
     an elementwise multiply does: one precision (None), real or integer operands of one dtype,
     and a result type that is theirs or one in which their product is exact."""
     p = eqn.params
     (lc, rc), (lb, rb) = p["dimension_numbers"]
     nb = len(lb)
-    if lc or rc or tuple(lb) != tuple(range(nb)) or tuple(rb) != tuple(range(nb)):
+    if lc or rc or tuple(lb) != tuple(range(nb)) or tuple(rb) != tuple(range(nb)) or nb > 2:
+        return None
+    if {len(v.aval.shape) for v in eqn.invars} != {nb + 1}:  # vectors past the batch (the rules' form)
         return None
     if any(p.get(k) is not None for k in ("precision", "out_sharding")):
         return None

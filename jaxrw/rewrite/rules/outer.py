@@ -52,6 +52,13 @@ def _full(p, q, nb, out):
     return mul(bcast(p, out, dp), bcast(q, out, dq))
 
 
+# Not in float16 or narrower, where products overflow within reach of ordinary values (past 256
+# squared, 65504 in all): p² overflows where (p q)² need not (outer.sum), a product the program
+# rounds to float16, and overflows, the dot sums in float32 (batch_sum: jax.jit's Inf, 0 here),
+# and c·p can overflow where p·q·c does not (scale). bfloat16 has float32's range. (A review.)
+_WIDE_RANGE = tuple(ne(V.d).to(String(n)) for n in ("float16", *NARROWER))
+
+
 def _of(t, p, q, nb):
     """Conditions: t = p ⊗ q past nb batch axes (outer_of), all of dtype V.d."""
     return (outer_of(t, p, q, nb), *same_dtype(p, q, t))
@@ -120,10 +127,8 @@ def _sums():
     own = Vec[i64](nb)
     for f in (lambda t: t, lambda t: pow_(t, 2)):
         plain, upcast = sum_of(f(O), V.dims)
-        # float16 and narrower: p² overflows (past 256 in float16) where (p q)² need not
-        own_type = tuple(ne(V.d).to(String(n)) for n in ("float16", *NARROWER))
         rhs = mul(sum_(f(A), own), sum_(f(B), own))
-        out.append(rule(eq(x).to(plain[0]), *_of(O, A, B, nb), *at, *own_type).then(union(x).with_(rhs)))
+        out.append(rule(eq(x).to(plain[0]), *_of(O, A, B, nb), *at, *_WIDE_RANGE).then(union(x).with_(rhs)))
         # bfloat16 summed in float32 (jnp.sum): the factors' sums in float32 too
         wide = mul(*(sum_(Tensor.convert_element_type(f(t), F32), own) for t in (A, B)))
         out.append(rule(eq(x).to(upcast[0]), *_of(O, A, B, nb), *at, *upcast[2]).then(union(x).with_(wide)))
@@ -135,12 +140,13 @@ def _batch_sum():
     out = []
     for lhs, up, only in sum_of(O, _iv(0)):
         rhs = up(Tensor.dot(A, B, 0, 0, 0, DEFAULT_CFG))
-        out.append(rule(eq(x).to(lhs), *_of(O, A, B, 1), *only).then(union(x).with_(rhs)))
+        conds = (*_of(O, A, B, 1), *(only or _WIDE_RANGE))
+        out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
     # Σ_b c_b p_b ⊗ q_b written as a contraction with c (optax's per_example_global_norm_clip:
     # jnp.tensordot(c, g, axes=1)) -> (c∘p)ᵀq, in the contraction's own configuration
     scaled = Tensor.dot(mul(A, bcast(C, sa, _iv(0))), B, 0, 0, 0, V.c)
     for lhs in (Tensor.dot(C, O, 0, 0, 0, V.c), Tensor.dot(O, C, 0, 0, 0, V.c)):
-        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), eq(shape(A)).to(sa))
+        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), eq(shape(A)).to(sa), *_WIDE_RANGE)
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(scaled)))
     return out
 
@@ -201,7 +207,7 @@ def _scale():
     s = bcast(C, sS, _iv(0))
     scaled = mul(A, bcast(C, sa, _iv(0)))
     for lhs in (mul(O, s), mul(s, O)):
-        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x))
+        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), *_WIDE_RANGE)
         conds += (eq(shape(O)).to(so), eq(shape(x)).to(so), eq(shape(A)).to(sa))
         rhs = _full(scaled, B, 1, so)
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs), outer_of(x, scaled, B, i64(1))))

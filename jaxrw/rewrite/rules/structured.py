@@ -394,7 +394,10 @@ def _shared_weight():
     shared = Tensor.dot(A, W, 0, l, r - 1, V.c)
     # a batch of two or more: batch.stack_dots's stacks lead with a unit axis (a broadcast of one
     # operand), which this would only take apart again (6% more optimize time over the bench)
-    conds = (rank(W, 2), V.r >= 1, *same_dtype(A, W), shape(A)[0] >= 2)
+    # W broadcast along the batch axis only: a size-1 axis of W spread by the broadcast is
+    # not W (a review: w of [k, 1] gave A @ w, n times too small after a sum)
+    only_batch = eq(shape(W)).to(Vec[i64](sb[1], sb[2]))
+    conds = (rank(W, 2), only_batch, V.r >= 1, *same_dtype(A, W), shape(A)[0] >= 2)
     out.append(rule(eq(x).to(Tensor.dot(A, bw, 1, l, r, V.c)), *conds).then(union(x).with_(shared)))
     for combine in (Tensor.add, Tensor.sub):
         for summands, flip in (((bw, Q), False), ((Q, bw), True)):

@@ -202,3 +202,52 @@ def test_float16_squares_are_left_to_the_product():
     fired = run_rules(fn, (p, q), ["outer.sum", "outer.product"]).report.rules_fired
     assert fired.get("outer.product") and not fired.get("outer.sum"), fired  # found, not summed
     assert np.isfinite(np.asarray(jaxrw.optimize(fn)(p, q), np.float32)).all()
+
+
+# --- a review's findings: each fell back or differed from jax.jit before its fix ------------------
+
+REVIEWED = {
+    # operands of more than one axis past the batch: the rules' forms are vectors (fallbacks)
+    "matrix x vector, summed": (
+        lambda a, v: jnp.sum(jnp.einsum("bij,bk->bijk", a, v) ** 2, axis=(1, 2)),
+        ((4, 8, 8), (4, 8)),
+    ),
+    "matrix x vector, scaled": (
+        lambda a, v, c: jnp.einsum("bij,bk->bijk", a, v) * c[:, None, None, None],
+        ((4, 8, 8), (4, 8), (4,)),
+    ),
+    "matrix x scalar dot, transposed": (
+        lambda a, v: jnp.swapaxes(lax.dot_general(a, v, (((), ()), ((0,), (0,)))), 1, 2),
+        ((2, 3, 4), (2,)),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REVIEWED))
+def test_outer_products_of_matrices_are_left_to_the_program(case):
+    fn, shapes = REVIEWED[case]
+    rng = np.random.default_rng(0)
+    args = tuple(_normal(rng, *s) for s in shapes)
+    _, out = _optimized(fn, args)
+    np.testing.assert_allclose(out, jax.jit(fn)(*args), rtol=1e-5, atol=1e-6)
+
+
+def test_float16_outer_products_keep_their_overflows():
+    # each 300·300 product overflows float16 in the program: a dot summing them in float32
+    # cancelled them to 0 (jax.jit: NaN, Inf); and c·p = 90000 overflowed where p·q·c is 2400
+    h = jnp.float16
+    p, q = jnp.full((8, 64), 300.0, h), jnp.tile(jnp.array([[300.0], [-300.0]], h), (4, 64))
+    fns = {
+        "tensordot": (lambda p, q, c: jnp.tensordot(c, _outer3(p, q), axes=1), (p, q, jnp.ones(8, h))),
+        "sum": (lambda p, q: lax.reduce_sum(_outer3(p, q), (0,)), (p, q)),
+        "scale": (
+            lambda p, q, c: lax.reduce_sum(_outer3(p, q) * c[:, None, None], (0,)),
+            (p, jnp.full((8, 64), 1 / 300, h), jnp.full((8,), 300.0, h)),
+        ),
+    }
+    for name, (fn, args) in fns.items():
+        fired = run_rules(fn, args, ["outer.product", "outer.batch_sum", "outer.scale"]).report.rules_fired
+        assert fired.get("outer.product") and not fired.get("outer.batch_sum"), (name, fired)
+        want = np.asarray(jax.jit(fn)(*args), np.float32)
+        got = np.asarray(jaxrw.optimize(fn)(*args), np.float32)
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want), err_msg=name)

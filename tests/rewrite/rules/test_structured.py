@@ -96,3 +96,13 @@ def test_a_weight_broadcast_along_another_axis_is_not_shared():
     fired = run_rules(f, (x, v), ["structured.shared_weight"]).report.rules_fired
     assert not fired.get("structured.shared_weight"), fired
     np.testing.assert_allclose(jaxrw.optimize(f)(x, v), jax.jit(f)(x, v), rtol=1e-5)
+
+
+def test_a_weight_with_a_unit_axis_spread_by_the_broadcast_is_not_shared():
+    # a review: w of [k, 1] broadcast to [b, k, n] was used as w itself, n times too small summed
+    rng = np.random.default_rng(8)
+    x, w = _rand(rng, 4, 32, 32), _rand(rng, 32, 1)
+    f = lambda x, w: jnp.einsum("bsk,bkn->bsn", x, jnp.broadcast_to(w, (4, 32, 32))).sum(-1)  # noqa: E731
+    fired = run_rules(f, (x, w), ["structured.shared_weight"]).report.rules_fired
+    assert not fired.get("structured.shared_weight"), fired
+    np.testing.assert_allclose(jaxrw.optimize(f)(x, w), jax.jit(f)(x, w), rtol=1e-5)
