@@ -411,9 +411,8 @@ def per_example_norms(size: str, dtype: str) -> Instance:
 @register("algebra")
 def dp_clipped_mean(size: str, dtype: str) -> Instance:
     """DP-SGD's clipped mean gradient of an MLP: per-example gradients under jax.vmap, each
-    scaled to norm at most 1, averaged. The weighted sum over the batch is one product, Xᵀ(s∘Δ);
-    the norms feed a divisor, so by default they keep their [b, d, h] form (numerics="fast"
-    takes them too: nonfinite.py)."""
+    scaled to norm at most 1, averaged. The norms need only |x|²|δ|² per layer and the weighted
+    sum over the batch is one product, Xᵀ(s∘Δ): no [b, d, h] gradient is needed."""
     shape, args = _mlp_data(size, dtype)
 
     def fn(w1, w2, X, Y):

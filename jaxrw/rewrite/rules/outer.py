@@ -22,9 +22,9 @@ from typing import Any
 from egglog import String, Vec, eq, i64, ne, rule, union, vars_
 
 from ..egg_source import EggSource, Str, ivec
-from ..terms import DEFAULT_CFG, Tensor, joined, outer_of, shape
+from ..terms import DEFAULT_CFG, Tensor, float_dtype, joined, outer_of, shape
 from . import Rule, register_rule
-from ._util import F32, NARROWER, RING, V, rand, rank, same_dtype, sizes, sum_of
+from ._util import F32, FLOAT, NARROWER, RING, V, rand, rank, same_dtype, sizes, sum_of
 
 A, B, C, x = V.A, V.B, V.C, V.x
 so, sa, sc, sS = V.so, V.sa, V.sc, V.sb
@@ -119,19 +119,65 @@ _reg(
 # --- sums of outer products ---------------------------------------------------------------------
 
 
+def _factored(square, wide):
+    """The factors' sums for Σ_{i,j} f(p_i q_j) past V.nb batch axes, f the identity or the
+    square: (Σ f(p))(Σ f(q)), in float32 where `wide` (a bfloat16 program summing in float32)."""
+    own = Vec[i64](V.nb)
+
+    def side(t):
+        t = pow_(t, 2) if square else t
+        return sum_(Tensor.convert_element_type(t, F32) if wide else t, own)
+
+    return mul(side(A), side(B))
+
+
+def _summed(f):
+    """(Σ f(t) as written, conditions binding V.nb) for t = O over both product axes, or O
+    flattened to [.., n·m] (a per-example gradient raveled, as DP code often norms it) over the
+    last, past nb <= 1 batch axes. The same sum either way: the flattening keeps the order."""
+    yield f(O), (eq(V.dims).to(Vec[i64](V.nb, V.nb + 1)),), V.dims
+    for nb in (0, 1):
+        flat = Tensor.reshape(O, sc)
+        conds = (eq(V.nb).to(i64(nb)), eq(shape(O)).to(so), eq(sc.length()).to(i64(nb + 1)))
+        conds += (eq(sc[nb]).to(so[nb] * so[nb + 1]), *(eq(sc[i]).to(so[i]) for i in range(nb)))
+        yield f(flat), conds, _iv(nb)
+
+
 def _sums():
-    # Σ_{i,j} p_i q_j -> (Σ p)(Σ q);  Σ_{i,j} (p_i q_j)² -> (Σ p²)(Σ q²)   [past nb batch axes]
+    # Σ_{i,j} p_i q_j -> (Σ p)(Σ q)   [past nb batch axes]
     out = []
-    nb = V.nb
-    at = (eq(V.dims).to(Vec[i64](nb, nb + 1)),)
-    own = Vec[i64](nb)
-    for f in (lambda t: t, lambda t: pow_(t, 2)):
-        plain, upcast = sum_of(f(O), V.dims)
-        rhs = mul(sum_(f(A), own), sum_(f(B), own))
-        out.append(rule(eq(x).to(plain[0]), *_of(O, A, B, nb), *at, *_WIDE_RANGE).then(union(x).with_(rhs)))
-        # bfloat16 summed in float32 (jnp.sum): the factors' sums in float32 too
-        wide = mul(*(sum_(Tensor.convert_element_type(f(t), F32), own) for t in (A, B)))
-        out.append(rule(eq(x).to(upcast[0]), *_of(O, A, B, nb), *at, *upcast[2]).then(union(x).with_(wide)))
+    for inner, at, axes in _summed(lambda t: t):
+        plain, upcast = sum_of(inner, axes)
+        for (lhs, _, only), wide in ((plain, False), (upcast, True)):
+            conds = (*_of(O, A, B, V.nb), *at, *(only or _WIDE_RANGE))
+            out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(_factored(False, wide))))
+    return out
+
+
+def _nan_where_inf_meets_zero(wide):
+    """0, or NaN where the program's Σ (p_i q_j)² is NaN and the factored one is not: an Inf in
+    p against a 0 in q (Inf·0 in one product; the factors' sums are Inf and a positive number)
+    or the reverse. max|p|·min|q| + max|q|·min|p| is NaN exactly there (no NaN in p or q, where
+    both are NaN anyway); capped at 1, times 0, it adds 0 or NaN."""
+    own = Vec[i64](V.nb)
+    dt = String(F32) if wide else V.d
+    p, q = (Tensor.unary("abs", Tensor.convert_element_type(t, F32) if wide else t) for t in (A, B))
+    cross = Tensor.add(
+        mul(Tensor.reduce_max(p, own), Tensor.reduce_min(q, own)),
+        mul(Tensor.reduce_max(q, own), Tensor.reduce_min(p, own)),
+    )
+    return mul(Tensor.binary("min", cross, Tensor.scalar(1, 1, dt)), Tensor.scalar(0, 1, dt))
+
+
+def _norms():
+    # Σ_{i,j} (p_i q_j)² -> (Σ p²)(Σ q²) + [NaN where an Inf meets a 0]   [past nb batch axes]
+    out = []
+    for inner, at, axes in _summed(lambda t: pow_(t, 2)):
+        plain, upcast = sum_of(inner, axes)
+        for (lhs, _, only), wide in ((plain, False), (upcast, True)):
+            rhs = Tensor.add(_factored(True, wide), _nan_where_inf_meets_zero(wide))
+            conds = (*_of(O, A, B, V.nb), *at, *(only or _WIDE_RANGE), float_dtype(V.d))
+            out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
     return out
 
 
@@ -161,7 +207,8 @@ def _sums_example(rng, dt):
         one = lax.broadcast_in_dim(p, (n_, m_), (0,)) * lax.broadcast_in_dim(q, (n_, m_), (1,))
         per = lax.broadcast_in_dim(pb, (b_, n_, m_), (0, 1)) * lax.broadcast_in_dim(qb, (b_, n_, m_), (0, 2))
         weighted = jnp.tensordot(pb[:, 0], per, axes=1)  # Σ_b c_b p_b ⊗ q_b
-        return jnp.sum(one), jnp.sum(per**2, axis=(1, 2)), jnp.sum(per, axis=0), weighted
+        flat = jnp.sum(per.reshape(b_, -1) ** 2, axis=1)  # raveled per example
+        return jnp.sum(one), jnp.sum(per**2, axis=(1, 2)), jnp.sum(per, axis=0), weighted, flat
 
     args = (rand(rng, (n_,), dt), rand(rng, (m_,), dt), rand(rng, (b_, n_), dt), rand(rng, (b_, m_), dt))
     return f, args
@@ -169,12 +216,22 @@ def _sums_example(rng, dt):
 
 _reg(
     "sum",
-    "Σ_ij p_i q_j -> (Σ p)(Σ q), Σ_ij (p_i q_j)² -> (Σ p²)(Σ q²), per batch entry",
+    "Σ_ij p_i q_j -> (Σ p)(Σ q), per batch entry",
     False,
     _sums,
-    "p, q vectors past the same batch axes, broadcast to their outer product; summed over both "
+    "p, q vectors past the same batch axes, their outer product summed over both product axes; "
+    "one dtype, not float16 or narrower",
+    _sums_example,
+)
+_reg(
+    "norm",
+    "Σ_ij (p_i q_j)² -> (Σ p²)(Σ q²), per batch entry, NaN where an Inf in one meets a 0 in the other",
+    False,
+    _norms,
+    "p, q real vectors past the same batch axes, the square of their outer product summed over both "
     "product axes; one dtype, not float16 or narrower",
     _sums_example,
+    FLOAT,
 )
 _reg(
     "batch_sum",

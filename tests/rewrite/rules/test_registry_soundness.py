@@ -20,7 +20,7 @@ PREREQUISITES = {
     "dot.adopt_cfg": ["reduce.weighted_sum"],
     "structured.diag_sides": ["structured.select_eye", "structured.bcast_compose", "structured.pad_noop"],
     # the outer products' facts (outer_of) are written by outer.product's seed
-    **{f"outer.{n}": ["outer.product"] for n in ("sum", "batch_sum", "transpose", "scale")},
+    **{f"outer.{n}": ["outer.product"] for n in ("sum", "norm", "batch_sum", "transpose", "scale")},
 }
 SEEDS = (0, 1)  # float32; bfloat16 and int32 use the first
 CASES = [
