@@ -86,7 +86,7 @@ class Program:
     # egglog references of the term-language callables written (which rules can fire: reach.py)
     symbols: frozenset = frozenset()
     dots: list[DotSite] = field(default_factory=list)  # unbatched dots, in program order
-    outers: list[OuterSite] = field(default_factory=list)  # dots that contract no axis
+    outers: list[OuterSite] = field(default_factory=list)  # outer products, in program order
     # x[i] (a row of x along its leading axis) -> (x, i); and stacks along a new leading axis:
     # (the stack, its operands). What lets `batch.stack_dots` read a stack of rows as x itself.
     rows: dict[Sym, tuple[Sym, int]] = field(default_factory=dict)

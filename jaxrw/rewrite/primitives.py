@@ -113,13 +113,13 @@ def elementwise_call(eqn: Any) -> bool:
     body = eqn.params.get("call_jaxpr") or eqn.params.get("fun_jaxpr")
     if body is None:
         return False
-    return elementwise_body(getattr(body, "jaxpr", body), out.shape)
+    return _elementwise_body(getattr(body, "jaxpr", body), out.shape)
 
 
-def elementwise_body(jaxpr: Any, shape: tuple[int, ...]) -> bool:
+def _elementwise_body(jaxpr: Any, shape: tuple[int, ...]) -> bool:
     for e in jaxpr.eqns:
         if e.primitive.name in compat.ENCODER_INLINED:
-            if not elementwise_body(compat.call_body(e).jaxpr, shape):
+            if not _elementwise_body(compat.call_body(e).jaxpr, shape):
                 return False
         elif e.primitive.name not in BODY_ELEMENTWISE or e.effects:
             return False

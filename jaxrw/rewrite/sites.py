@@ -1,6 +1,6 @@
 """Places in a program the encoder records for seeds (rules/__init__.py: Rule.seed): unbatched
-dots that `batch.stack_dots` may stack, and dots that contract no axis, which
-`structured.outer_product` writes as the elementwise products they are."""
+dots that `batch.stack_dots` may stack, and outer products (dots that contract no axis, or
+multiplies of broadcasts), which `outer.product` writes as facts for the outer rules."""
 
 from __future__ import annotations
 

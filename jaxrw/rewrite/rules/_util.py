@@ -22,6 +22,7 @@ __all__ = [
     "LOW",
     "NARROWER",
     "sum_of",
+    "ints",
 ]
 
 # Dtypes an example is checked in: FLOAT for rules exact only over the reals or in floating point,
@@ -127,6 +128,11 @@ class _Vars:
 
 
 V = _Vars()
+
+
+def ints(*a: int) -> Vec:
+    """A literal Vec[i64] of `a` (axes, dims and shapes in patterns)."""
+    return Vec[i64](*[i64(v) for v in a])
 
 
 def same_dtype(*ts):

@@ -24,7 +24,7 @@ from egglog import String, Vec, eq, i64, ne, rule, union, vars_
 from ..egg_source import EggSource, Str, ivec
 from ..terms import DEFAULT_CFG, Tensor, float_dtype, joined, outer_of, shape
 from . import Rule, register_rule
-from ._util import F32, FLOAT, NARROWER, RING, V, rand, rank, same_dtype, sizes, sum_of
+from ._util import F32, FLOAT, NARROWER, RING, V, ints, rand, rank, same_dtype, sizes, sum_of
 
 A, B, C, x = V.A, V.B, V.C, V.x
 so, sa, sc, sS = V.so, V.sa, V.sc, V.sb
@@ -37,13 +37,9 @@ def _reg(name, identity, exact, build, conditions, example, dtypes=RING, **kw):
     register_rule(Rule(f"outer.{name}", "outer", identity, exact, build, conditions, example, dtypes, **kw))
 
 
-def _iv(*a):
-    return Vec[i64](*[i64(v) for v in a])
-
-
 def _dims(nb):
     """Where the left and the right operand of an outer product with nb batch axes go."""
-    return _iv(*range(nb), nb), _iv(*range(nb), nb + 1)
+    return ints(*range(nb), nb), ints(*range(nb), nb + 1)
 
 
 def _full(p, q, nb, out):
@@ -78,11 +74,11 @@ def _seed_outer_products(program: Any) -> int:
         if site.widen:
             a, b = (src.call(Tensor.convert_element_type, t, Str(site.dtype)) for t in (a, b))
         src.add(src.call(outer_of, site.term, a, b, site.nb))
-        if not site.written:
-            nb, na = site.nb, len(site.sa)
-            out = (*site.sa, *site.sb[nb:])
-            left = src.call(bcast, a, ivec(out), ivec(range(na)))
-            right = src.call(bcast, b, ivec(out), ivec([*range(nb), *range(na, len(out))]))
+        if not site.written:  # as _full: a [.., n] and b [.., m] broadcast to [.., n, m]
+            nb = site.nb
+            out = ivec((*site.sa, site.sb[nb]))
+            left = src.call(bcast, a, out, ivec((*range(nb), nb)))
+            right = src.call(bcast, b, out, ivec((*range(nb), nb + 1)))
             src.add(src.call(joined, site.term, src.call(mul, left, right)))
     src.flush()
     if program.symbols:  # the constructors written here can make more rules match (reach.py)
@@ -140,7 +136,7 @@ def _summed(f):
         flat = Tensor.reshape(O, sc)
         conds = (eq(V.nb).to(i64(nb)), eq(shape(O)).to(so), eq(sc.length()).to(i64(nb + 1)))
         conds += (eq(sc[nb]).to(so[nb] * so[nb + 1]), *(eq(sc[i]).to(so[i]) for i in range(nb)))
-        yield f(flat), conds, _iv(nb)
+        yield f(flat), conds, ints(nb)
 
 
 def _sums():
@@ -184,13 +180,13 @@ def _norms():
 def _batch_sum():
     # Σ_b p_b ⊗ q_b -> pᵀq   [p: b x n, q: b x m]: the batch axis contracted by one dot
     out = []
-    for lhs, up, only in sum_of(O, _iv(0)):
+    for lhs, up, only in sum_of(O, ints(0)):
         rhs = up(Tensor.dot(A, B, 0, 0, 0, DEFAULT_CFG))
         conds = (*_of(O, A, B, 1), *(only or _WIDE_RANGE))
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
     # Σ_b c_b p_b ⊗ q_b written as a contraction with c (optax's per_example_global_norm_clip:
     # jnp.tensordot(c, g, axes=1)) -> (c∘p)ᵀq, in the contraction's own configuration
-    scaled = Tensor.dot(mul(A, bcast(C, sa, _iv(0))), B, 0, 0, 0, V.c)
+    scaled = Tensor.dot(mul(A, bcast(C, sa, ints(0))), B, 0, 0, 0, V.c)
     for lhs in (Tensor.dot(C, O, 0, 0, 0, V.c), Tensor.dot(O, C, 0, 0, 0, V.c)):
         conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), eq(shape(A)).to(sa), *_WIDE_RANGE)
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(scaled)))
@@ -252,7 +248,7 @@ def _transpose():
     # a vmapped dot's [b, m, n] result)
     out = []
     for nb in BATCHES:
-        swap = _iv(*range(nb), nb + 1, nb)
+        swap = ints(*range(nb), nb + 1, nb)
         swapped = rule(eq(x).to(Tensor.transpose(O, swap)), outer_of(O, A, B, nb), eq(shape(x)).to(sc))
         out.append(swapped.then(outer_of(x, B, A, nb), union(x).with_(_full(B, A, nb, sc))))
     return out
@@ -261,8 +257,8 @@ def _transpose():
 def _scale():
     # (p_b ⊗ q_b) c_b -> (c_b p_b) ⊗ q_b   [a per-example scale, broadcast from c: b]
     out = []
-    s = bcast(C, sS, _iv(0))
-    scaled = mul(A, bcast(C, sa, _iv(0)))
+    s = bcast(C, sS, ints(0))
+    scaled = mul(A, bcast(C, sa, ints(0)))
     for lhs in (mul(O, s), mul(s, O)):
         conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), *_WIDE_RANGE)
         conds += (eq(shape(O)).to(so), eq(shape(x)).to(so), eq(shape(A)).to(sa))

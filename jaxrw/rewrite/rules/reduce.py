@@ -14,7 +14,7 @@ from egglog import String, Vec, eq, i64, ne, rewrite, rule, union
 from ..terms import DEFAULT_CFG, Tensor, diagonal_of, dtype, is_eye, is_eye_mask, kept_diagonal, shape
 from ..terms import fill as fill_
 from . import Rule, finding, register_rule
-from ._util import F32, LOW, NARROWER, RING, V, rand, rank, same_dtype, sizes, sum_of
+from ._util import F32, LOW, NARROWER, RING, V, ints, rand, rank, same_dtype, sizes, sum_of
 
 A, B, C, M, X, Z, E = V.A, V.B, V.C, V.M, V.X, V.Z, V.E
 x = V.x
@@ -27,10 +27,6 @@ def _reg(name, identity, exact, build, conditions, example):
     register_rule(Rule(f"reduce.{name}", "reduce", identity, exact, build, conditions, example, RING))
 
 
-def _axes(*a):
-    return Vec[i64](*[i64(v) for v in a])
-
-
 # --- sums of products ------------------------------------------------------------------------------
 
 
@@ -39,7 +35,7 @@ def _sum_dot():
     # Σ_cols (A·B) -> A·(Σ_cols B)   [B 2-D; output's last axis is B's free axis]
     prod = dot(A, B, 0, l, r, c)
     out = []
-    for lhs, up, only in sum_of(prod, _axes(0)):
+    for lhs, up, only in sum_of(prod, ints(0)):
         rhs = up(dot(sum_(A, Vec[i64](1 - l)), B, 0, 0, r, c))
         out.append(rewrite(lhs).to(rhs, rank(A, 2), *same_dtype(A, B, prod), *only))
     for lhs, up, only in sum_of(prod, V.dims):
@@ -89,7 +85,7 @@ BATCHES = (0, 1, 2)  # leading batch axes the sum, trace and diagonal rules take
 
 def _swap_last(nb):
     """The permutation that swaps the last two of nb + 2 axes."""
-    return _axes(*range(nb), nb + 1, nb)
+    return ints(*range(nb), nb + 1, nb)
 
 
 def _sum_transpose():
@@ -97,9 +93,7 @@ def _sum_transpose():
     # another order (diag_dot's trace(AᵀA) is Σ Aᵀ∘Aᵀ; the transpose cost 3.4-3.9x on this CPU)
     out = []
     # the last two axes swapped past nb batch axes, summed over those two or over every axis
-    summed = [(nb, _axes(nb, nb + 1)) for nb in BATCHES] + [
-        (nb, _axes(*range(nb + 2))) for nb in BATCHES if nb
-    ]
+    summed = [(nb, ints(nb, nb + 1)) for nb in BATCHES] + [(nb, ints(*range(nb + 2))) for nb in BATCHES if nb]
     for nb, ax in summed:
         swap = _swap_last(nb)
 
@@ -156,7 +150,7 @@ def _masked(t, form, nb):
     )
 
     def placed(m):  # the identity itself, or broadcast past the batch axes
-        return m if nb == 0 else Tensor.broadcast_in_dim(m, V.sb, _axes(nb, nb + 1))
+        return m if nb == 0 else Tensor.broadcast_in_dim(m, V.sb, ints(nb, nb + 1))
 
     if form == "select":
         placement = () if nb == 0 else (eq(V.sb).to(shape(t)),)
@@ -293,11 +287,11 @@ def _platform_diagonal():
         iota0, iota1 = (Tensor.iota("int32", square, dim) for dim in (0, 1))
         mask = Tensor.binary("eq", iota0, iota1)
         if nb:
-            mask = Tensor.broadcast_in_dim(mask, V.so, _axes(nb, nb + 1))
+            mask = Tensor.broadcast_in_dim(mask, V.so, ints(nb, nb + 1))
         zeros = Tensor.broadcast_in_dim(Tensor.scalar(0, 1, V.d), V.so, Vec[i64].empty())
         masked = Tensor.select_n(mask, zeros, X)
         conds = (eq(V.so).to(shape(X)), rank(X, nb + 2), eq(dtype(X)).to(V.d), ne(V.d).to(String("bool")))
-        out.append(rule(diagonal_of(x, X), *conds).then(union(x).with_(sum_(masked, _axes(nb)))))
+        out.append(rule(diagonal_of(x, X), *conds).then(union(x).with_(sum_(masked, ints(nb)))))
     return out
 
 
@@ -397,16 +391,16 @@ def _weighted_sum():
     # Σ_i w_i X[i, :] -> wᵀX;  Σ_j X[:, j] w_j -> Xw;  Σ_i x_i y_i -> x·y   (w broadcast from 1-D)
     out = []
     w = V.Y
-    for axis, dims in ((0, _axes(0)), (1, _axes(1))):
+    for axis, dims in ((0, ints(0)), (1, ints(1))):
         bw = Tensor.broadcast_in_dim(w, V.so, dims)
         rhs = dot(w, X, 0, 0, 0, DEFAULT_CFG) if axis == 0 else dot(X, w, 0, 1, 0, DEFAULT_CFG)
         conds = (rank(X, 2), rank(w, 1), eq(shape(X)[axis]).to(shape(w)[0]), *same_dtype(X, w))
         for prod in (Tensor.mul(X, bw), Tensor.mul(bw, X)):
             full = eq(shape(X)).to(shape(prod))  # X itself not broadcast by the product
-            for lhs, up, only in sum_of(prod, _axes(axis)):
+            for lhs, up, only in sum_of(prod, ints(axis)):
                 out.append(rewrite(lhs).to(up(rhs), *conds, full, *only))
     conds = (rank(X, 1), rank(w, 1), eq(shape(X)).to(shape(w)), *same_dtype(X, w))
-    for lhs, up, only in sum_of(Tensor.mul(X, w), _axes(0)):
+    for lhs, up, only in sum_of(Tensor.mul(X, w), ints(0)):
         out.append(rewrite(lhs).to(up(dot(X, w, 0, 0, 0, DEFAULT_CFG)), *conds, *only))
     return out
 

@@ -15,7 +15,7 @@ from egglog import Vec, eq, i64, rule, union
 from ..terms import Tensor, is_eye, is_eye_mask, shape
 from ..terms import fill as fill_
 from . import Rule, register_rule
-from ._util import RING, V, rand, rank, same_dtype, sizes
+from ._util import RING, V, ints, rand, rank, same_dtype, sizes
 
 A, B, M, X, Z, S = V.A, V.B, V.M, V.X, V.Z, V.S
 x = V.x
@@ -26,10 +26,6 @@ dot, bcast, mul = Tensor.dot, Tensor.broadcast_in_dim, Tensor.mul
 
 def _reg(name, identity, exact, build, conditions, example):
     register_rule(Rule(f"structured.{name}", "structured", identity, exact, build, conditions, example, RING))
-
-
-def _iv(*a):
-    return Vec[i64](*[i64(v) for v in a])
 
 
 def _out(t):
@@ -50,7 +46,7 @@ def _pad_noop():
     # pad(a, v, all zeros) -> a
     out = []
     for rk in (1, 2, 3):
-        zeros = _iv(*([0] * (3 * rk)))
+        zeros = ints(*([0] * (3 * rk)))
         out.append(rule(eq(x).to(Tensor.pad(A, Z, zeros)), rank(A, rk)).then(union(x).with_(A)))
     return out
 
@@ -69,7 +65,7 @@ def _bcast_compose():
             ).then(union(x).with_(bcast(A, sb, so)))
         )
         out.append(
-            rule(eq(x).to(bcast(A, sa, _iv(*range(rk)))), eq(shape(A)).to(sa), rank(A, rk)).then(
+            rule(eq(x).to(bcast(A, sa, ints(*range(rk)))), eq(shape(A)).to(sa), rank(A, rk)).then(
                 union(x).with_(A)
             )
         )
@@ -141,7 +137,7 @@ def _row_scale():
     # (the scaled axis is X's free axis: rows when X is contracted on axis 1, columns on axis 0)
     out = []
     for lc, vdim in ((1, 0), (0, 1)):
-        scale = bcast(S, sa, _iv(vdim))
+        scale = bcast(S, sa, ints(vdim))
         for scaled in (mul(scale, X), mul(X, scale)):
             lhs = dot(scaled, B, 0, lc, r, c)
             conds = (
@@ -153,7 +149,7 @@ def _row_scale():
             )
             out.append(
                 rule(eq(x).to(lhs), *conds).then(
-                    union(x).with_(mul(bcast(S, so, _iv(0)), dot(X, B, 0, lc, r, c)))
+                    union(x).with_(mul(bcast(S, so, ints(0)), dot(X, B, 0, lc, r, c)))
                 )
             )
     return out
@@ -163,7 +159,7 @@ def _col_scale():
     # A·(X ∘ w[None, :]) -> (A·X) ∘ w[None, :]   (the scaled axis is X's free axis; A 1-D or 2-D)
     out = []
     for rc, vdim in ((0, 1), (1, 0)):
-        scale = bcast(S, sa, _iv(vdim))
+        scale = bcast(S, sa, ints(vdim))
         for scaled in (mul(scale, X), mul(X, scale)):
             lhs = dot(A, scaled, 0, l, rc, c)
             for ra in (1, 2):
@@ -175,7 +171,7 @@ def _col_scale():
                     _out(x),
                     *same_dtype(S, X, A, x),
                 )
-                scaled_out = mul(dot(A, X, 0, l, rc, c), bcast(S, so, _iv(ra - 1)))
+                scaled_out = mul(dot(A, X, 0, l, rc, c), bcast(S, so, ints(ra - 1)))
                 out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(scaled_out)))
     return out
 
@@ -213,10 +209,10 @@ def _diag_sides():
     # v[:, None] ∘ I -> I ∘ v[None, :] and back: a diagonal matrix scales rows or columns alike
     out = []
     for a_dim, b_dim in ((0, 1), (1, 0)):
-        scaled = bcast(S, sa, _iv(a_dim))
+        scaled = bcast(S, sa, ints(a_dim))
         conds = (rank(S, 1), is_eye(M), eq(sa).to(shape(M)), *same_dtype(S, M))
         for lhs in (mul(scaled, M), mul(M, scaled)):
-            out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(mul(M, bcast(S, sa, _iv(b_dim))))))
+            out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(mul(M, bcast(S, sa, ints(b_dim))))))
     return out
 
 
@@ -245,18 +241,18 @@ def _bcast_rows():
     out = []
     matrix = eq(sa.length()).to(i64(2))  # the broadcast is 2-D: its one free axis lands where w·B's does
     for rb in (1, 2):
-        lhs = dot(bcast(S, sa, _iv(1)), B, 0, 1, r, c)
+        lhs = dot(bcast(S, sa, ints(1)), B, 0, 1, r, c)
         conds = (matrix, rank(S, 1), eq(shape(S)[0]).to(sa[1]), rank(B, rb), _out(x), *same_dtype(S, B, x))
-        rhs = bcast(dot(S, B, 0, 0, r, c), so, _iv(1) if rb == 2 else _iv())
+        rhs = bcast(dot(S, B, 0, 0, r, c), so, ints(1) if rb == 2 else ints())
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
-        lhs = dot(bcast(S, sa, _iv()), B, 0, 1, r, c)
+        lhs = dot(bcast(S, sa, ints()), B, 0, 1, r, c)
         conds = (matrix, rank(S, 0), eq(k).to(sa[1]), rank(B, rb), _out(x), *same_dtype(S, B, x))
-        rhs = bcast(dot(bcast(S, Vec[i64](k), _iv()), B, 0, 0, r, c), so, _iv(1) if rb == 2 else _iv())
+        rhs = bcast(dot(bcast(S, Vec[i64](k), ints()), B, 0, 0, r, c), so, ints(1) if rb == 2 else ints())
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
     for ra in (1, 2):
-        lhs = dot(A, bcast(S, sa, _iv(0)), 0, l, 0, c)
+        lhs = dot(A, bcast(S, sa, ints(0)), 0, l, 0, c)
         conds = (matrix, rank(S, 1), eq(shape(S)[0]).to(sa[0]), rank(A, ra), _out(x), *same_dtype(S, A, x))
-        rhs = bcast(dot(A, S, 0, l, 0, c), so, _iv(0) if ra == 2 else _iv())
+        rhs = bcast(dot(A, S, 0, l, 0, c), so, ints(0) if ra == 2 else ints())
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
     return out
 
@@ -279,7 +275,7 @@ def _bcast_rows_example(rng, dt):
 def _const_vector_dot():
     # (c·1)ᵀB -> c·Σ_rows B;  A(c·1) -> c·Σ_cols A   (a constant vector: a sum, not a product)
     out = []
-    ones = bcast(S, sa, _iv())
+    ones = bcast(S, sa, ints())
     conds = (rank(S, 0), eq(sa.length()).to(i64(1)))
     for rb in (1, 2):
         out.append(
@@ -331,7 +327,7 @@ def _kron_dot():
     # kron(A, B) @ x -> vec(A · X · Bᵀ) with X = x reshaped to [q, s(, t)]: two small products
     s_, t_ = V.i, V.j
     sa4, sb4, sk = V.sa, V.sb, V.sc
-    kron = Tensor.reshape(mul(bcast(A, sa4, _iv(0, 2)), bcast(B, sb4, _iv(1, 3))), sk)
+    kron = Tensor.reshape(mul(bcast(A, sa4, ints(0, 2)), bcast(B, sb4, ints(1, 3))), sk)
     shapes = (
         rank(A, 2),
         rank(B, 2),
@@ -347,7 +343,7 @@ def _kron_dot():
     # x of rank 2: [q*s, t] -> reshape [q, s, t]; A·X -> [p, s, t]; ·Bᵀ over s -> [p, t, r]
     y3 = Tensor.reshape(X, Vec[i64](q, s_, t_))
     z = dot(dot(A, y3, 0, 1, 0, c), B, 0, 1, 1, c)
-    rhs = Tensor.reshape(Tensor.transpose(z, _iv(0, 2, 1)), Vec[i64](p * r, t_))
+    rhs = Tensor.reshape(Tensor.transpose(z, ints(0, 2, 1)), Vec[i64](p * r, t_))
     conds = (*shapes, rank(X, 2), eq(t_).to(shape(X)[1]), *same_dtype(A, B, X, x))
     out.append(rule(eq(x).to(dot(kron, X, 0, 1, 0, c)), *conds).then(union(x).with_(rhs)))
     # x of rank 1: [q*s] -> [q, s]; A·X·Bᵀ -> [p, r] -> [p*r]
@@ -390,14 +386,15 @@ def _shared_weight():
     # jax.vmap of x @ (W + A_i @ B_i), per-example adapters, broadcasts W to [1, d, d]]
     out = []
     r, W, Q = V.r, V.Y, V.Z
-    bw = bcast(W, sb, _iv(1, 2))
+    bw = bcast(W, sb, ints(1, 2))
     shared = Tensor.dot(A, W, 0, l, r - 1, V.c)
-    # a batch of two or more: batch.stack_dots's stacks lead with a unit axis (a broadcast of one
-    # operand), which this would only take apart again (6% more optimize time over the bench)
     # W broadcast along the batch axis only: a size-1 axis of W spread by the broadcast is
     # not W (a review: w of [k, 1] gave A @ w, n times too small after a sum)
     only_batch = eq(shape(W)).to(Vec[i64](sb[1], sb[2]))
-    conds = (rank(W, 2), only_batch, V.r >= 1, *same_dtype(A, W), shape(A)[0] >= 2)
+    # a batch of two or more: batch.stack_dots's stacks lead with a unit axis (a broadcast of one
+    # operand), which this would only take apart again (6% more optimize time over the bench)
+    several = shape(A)[0] >= 2
+    conds = (rank(W, 2), only_batch, V.r >= 1, *same_dtype(A, W), several)
     out.append(rule(eq(x).to(Tensor.dot(A, bw, 1, l, r, V.c)), *conds).then(union(x).with_(shared)))
     for combine in (Tensor.add, Tensor.sub):
         for summands, flip in (((bw, Q), False), ((Q, bw), True)):
