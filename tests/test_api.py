@@ -126,7 +126,7 @@ def test_unknown_rule_name_is_reported_at_first_call():
     with pytest.raises(InvalidOptionError, match="unknown rule or family 'dot.nope'") as raised:
         opt(jnp.ones((2, 2)))
     # the families by name, not the 70 rule names in one line (a new user's audit)
-    assert "batch, dot, elementwise, merge, outer, reduce, structured" in str(raised.value)
+    assert "batch, dot, elementwise, ghost, merge, outer, reduce, structured" in str(raised.value)
     assert "dot.assoc_2d" not in str(raised.value)
 
 

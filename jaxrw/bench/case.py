@@ -92,7 +92,7 @@ def register(suite: str, doc: str = "", dtypes: Sequence[str] = DTYPES, heavy: b
 
 def load_suites() -> None:
     """Import every suite module (each registers its cases on import)."""
-    from . import algebra, merge, models, streams  # noqa: F401
+    from . import algebra, merge, models, pergrad, streams  # noqa: F401
 
 
 def select(suite: str = "all", pattern: str | None = None) -> list[Case]:

@@ -171,7 +171,7 @@ def left_out(spec: str | Sequence[str] | None, numerics: str, chosen: Iterable[R
 def _load_families() -> None:
     _LOADING.append(True)
     try:
-        from . import batch, dot, elementwise, merge, outer, reduce, structured  # noqa: F401  (register on import)
+        from . import batch, dot, elementwise, ghost, merge, outer, reduce, structured  # noqa: F401  (register on import)
     finally:
         _LOADING.pop()
 

@@ -225,3 +225,31 @@ def reaches(f, best, args, **kw) -> Optimized:
     for g, w in zip(got, ref, strict=True):
         assert rel_err(g, w) <= 2 * tolerance(w.dtype) + 1e-6, rel_err(g, w)
     return opt
+
+
+def intermediate_shapes(fn, args) -> set[tuple[int, ...]]:
+    """Every intermediate shape of the program `fn` runs for `args` (nested jaxprs too): what a
+    rewrite no longer forms."""
+    import jax.extend
+
+    def walk(jaxpr):
+        for e in jaxpr.eqns:
+            yield from (tuple(v.aval.shape) for v in e.outvars)
+            for sub in jax.extend.core.jaxprs_in_params(e.params):
+                yield from walk(sub)
+
+    return set(walk(jax.make_jaxpr(fn)(*args).jaxpr))
+
+
+def optimize_without_fallback(fn, args, **options):
+    """(jaxrw.optimize(fn, **options), its result for args), failing where it fell back to
+    jax.jit: a fallback's warning would hide a failure of the rewrite under test."""
+    import warnings
+
+    import jaxrw
+
+    opt = jaxrw.optimize(fn, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = opt(*args)
+    return opt, out

@@ -4,10 +4,7 @@ computes; and the programs the rules must leave alone."""
 
 from __future__ import annotations
 
-import warnings
-
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -17,7 +14,7 @@ import jaxrw
 from jaxrw.rewrite.encode import encode
 from jaxrw.rewrite.rules import select_rules
 
-from .harness import flat_jaxpr, reference, rel_err, run_rules
+from .harness import flat_jaxpr, intermediate_shapes, optimize_without_fallback, reference, rel_err, run_rules
 
 select_rules(None)  # load every family
 
@@ -52,36 +49,16 @@ def _args(seed, b=B, n=N, m=M, dtype=jnp.float32):
     return _normal(rng, n, m, dtype=dtype), _normal(rng, b, n, dtype=dtype), _normal(rng, b, m, dtype=dtype)
 
 
-def _shapes(opt, args):
-    """Every intermediate shape of the program `opt` runs for `args` (nested jaxprs too)."""
-
-    def walk(jaxpr):
-        for e in jaxpr.eqns:
-            yield from (tuple(v.aval.shape) for v in e.outvars)
-            for sub in jax.extend.core.jaxprs_in_params(e.params):
-                yield from walk(sub)
-
-    return set(walk(jax.make_jaxpr(opt)(*args).jaxpr))
-
-
 def _no_per_example_gradient(opt, args):
     """Whether the program `opt` runs forms no [b, n, m] (or [b, m, n]) gradient."""
-    return not {(B, N, M), (B, M, N)} & _shapes(opt, args)
-
-
-def _optimized(fn, args, **options):
-    opt = jaxrw.optimize(fn, **options)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a fallback would hide a failure here
-        out = opt(*args)
-    return opt, out
+    return not {(B, N, M), (B, M, N)} & intermediate_shapes(opt, args)
 
 
 @pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_per_example_gradient_norms_need_only_the_factors(dtype, tol, seed):
     args = _args(seed, dtype=dtype)
-    opt, out = _optimized(grad_norms, args)
+    opt, out = optimize_without_fallback(grad_norms, args)
     fired = opt.report(*args).rules_fired
     assert fired.get("outer.product") and fired.get("outer.norm"), fired
     assert opt.report(*args).rewritten
@@ -94,7 +71,7 @@ def test_per_example_gradient_norms_need_only_the_factors(dtype, tol, seed):
 @pytest.mark.parametrize("numerics", ["default", "fast"])
 def test_a_clipped_mean_of_per_example_gradients_is_one_product(numerics):
     args = _args(2)
-    opt, out = _optimized(clipped_mean, args, numerics=numerics)
+    opt, out = optimize_without_fallback(clipped_mean, args, numerics=numerics)
     fired = opt.report(*args).rules_fired
     assert fired.get("outer.scale") and fired.get("outer.batch_sum"), fired
     (want,) = reference(clipped_mean, args)
@@ -111,11 +88,11 @@ def test_raveled_per_example_gradients_are_normed_by_their_factors():
     def fn(w, xs, ys):
         return jax.vmap(lambda g: jnp.linalg.norm(jnp.ravel(g)))(_per_example(w, xs, ys))
 
-    opt, out = _optimized(fn, args)
+    opt, out = optimize_without_fallback(fn, args)
     assert opt.report(*args).rules_fired.get("outer.norm"), opt.report(*args).rules_fired
     (want,) = reference(fn, args)
     assert rel_err(out, want) <= 1e-5
-    assert _no_per_example_gradient(opt, args) and (B, N * M) not in _shapes(opt, args)
+    assert _no_per_example_gradient(opt, args) and (B, N * M) not in intermediate_shapes(opt, args)
 
 
 def optax_style_clip(w, xs, ys):
@@ -129,7 +106,7 @@ def optax_style_clip(w, xs, ys):
 @pytest.mark.parametrize("numerics", ["default", "fast"])
 def test_optax_style_clipping(numerics):
     args = _args(7)
-    opt, out = _optimized(optax_style_clip, args, numerics=numerics)
+    opt, out = optimize_without_fallback(optax_style_clip, args, numerics=numerics)
     fired = opt.report(*args).rules_fired
     assert fired.get("outer.batch_sum"), fired
     (want,) = reference(optax_style_clip, args)
@@ -147,7 +124,7 @@ def test_vmap_of_vmap_and_jnp_outer():
         two = jax.vmap(jax.vmap(lambda x, y: lax.dot_general(x, y, (((), ()), ((), ())))))(xs, ys)
         return jnp.sum(per**2, axis=(2, 3)), jnp.sum(two, axis=(2, 3)), jnp.sum(jnp.outer(u, v) ** 2)
 
-    opt, out = _optimized(f, (xs, ys, u, v))
+    opt, out = optimize_without_fallback(f, (xs, ys, u, v))
     fired = opt.report(xs, ys, u, v).rules_fired
     assert fired.get("outer.sum", 0) + fired.get("outer.norm", 0) >= 3, fired
     for got, want in zip(out, reference(f, (xs, ys, u, v)), strict=True):
@@ -239,7 +216,7 @@ def test_norms_keep_the_programs_nan_and_inf_before_a_divisor():
         n = jnp.sqrt(jnp.sum(_outer3(x, d) ** 2, axis=(1, 2)))
         return 1.0 / (n + 1e-6), n
 
-    opt, (clip, norm) = _optimized(fn, (x, d))
+    opt, (clip, norm) = optimize_without_fallback(fn, (x, d))
     assert opt.report(x, d).rules_fired.get("outer.norm"), opt.report(x, d).rules_fired
     want_clip, want_norm = jax.jit(fn)(x, d)
     np.testing.assert_array_equal(np.isnan(norm), np.isnan(want_norm))
@@ -271,7 +248,7 @@ def test_outer_products_of_matrices_are_left_to_the_program(case):
     fn, shapes = REVIEWED[case]
     rng = np.random.default_rng(0)
     args = tuple(_normal(rng, *s) for s in shapes)
-    _, out = _optimized(fn, args)
+    _, out = optimize_without_fallback(fn, args)
     np.testing.assert_allclose(out, jax.jit(fn)(*args), rtol=1e-5, atol=1e-6)
 
 
