@@ -112,7 +112,9 @@ def _seq_norms(fn_pairs):
 @register("algebra")
 def sequence_grad_norms(size: str, dtype: str) -> Instance:
     """Per-example gradient norms of an MLP applied to sequences: each layer's [b, d, h] gradient
-    XᵀΔ is formed and squared, where ⟨X Xᵀ, Δ Δᵀ⟩ needs [b, T, T] Grams ("ghost norms")."""
+    XᵀΔ is formed and squared. ⟨X Xᵀ, Δ Δᵀ⟩ needs only [b, T, T] Grams ("ghost norms", the hand
+    version), at an accuracy jaxrw takes under numerics="fast" only (rules/ghost.py): under the
+    default it keeps the norms' order of summation."""
     shape, args = _seq_data(size, dtype)
 
     def fn(w1, w2, X, Y):

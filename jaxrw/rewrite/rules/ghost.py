@@ -8,19 +8,26 @@ DP-SGD then a weighted sum over the batch. Neither needs G ("ghost clipping"):
     Σ_jk G_jk² = Σ_ts (X Xᵀ)_ts (Δ Δᵀ)_ts          Σ_b c_b X_bᵀ Δ_b = (c∘X)ᵀ Δ over all b·T rows
 
 The first costs T²(n + m) per example instead of T·n·m, so it pays while T < nm / (n + m); the
-cost model chooses. Both are sums of the same products in another order (the reordering bound,
-docs/numerics.md), so numerics="default" keeps them away from values that reach a saturating op,
-as it does every reassociation: a clipping divisor needs numerics="fast" for `ghost.norm`.
-`ghost.scale` moves a per-example scale into the product, so that `ghost.batch_sum` sees it.
+cost model chooses. It is numerics="fast" only (_util.FAST_ONLY): the program squares G and sums
+non-negative terms, with an error relative to the norm of about u |X||Δ| / |G|; the Grams' T²
+products have both signs and cancel to |G|², with an error of about u |X|²|Δ|² in absolute terms.
+Where G is small beside |X||Δ| (inputs nearly constant along the sequence and signals that sum
+to zero over it: a review's centred layer) that is the square of the program's error, and of
+either sign; clamped at 0, the norm is never NaN, but it can be far from the program's. For
+DP-SGD's clipping that is harmless (a small norm is not clipped either way); for a norm that is
+reported it is not, so numerics="default" leaves it to the program.
+`ghost.scale` moves a per-example scale into the product, so that `ghost.batch_sum` sees it; both
+reorder one sum's terms (the reordering bound, docs/numerics.md) and run under "default" away
+from saturating ops, as every reassociation does.
 """
 
 from __future__ import annotations
 
 from egglog import String, Vec, eq, i64, ne, rewrite
 
-from ..terms import Tensor, dtype, shape
+from ..terms import Tensor, dtype, float_dtype, shape
 from . import Rule, register_rule
-from ._util import NARROWER, RING, V, ints, rand, sizes, sum_of
+from ._util import F32, FLOAT, NARROWER, RING, V, ints, rand, sizes, sum_of
 
 A, B, C, x = V.A, V.B, V.C, V.x
 l, r, c = V.l, V.r, V.c
@@ -33,8 +40,8 @@ BATCHES = (0, 1, 2)  # leading batch axes (jax.vmap, once or twice; 0: one matri
 _WIDE_RANGE = tuple(ne(V.d).to(String(n)) for n in ("float16", *NARROWER))
 
 
-def _reg(name, identity, build, conditions, example):
-    register_rule(Rule(f"ghost.{name}", "ghost", identity, False, build, conditions, example, RING))
+def _reg(name, identity, build, conditions, example, dtypes=RING):
+    register_rule(Rule(f"ghost.{name}", "ghost", identity, False, build, conditions, example, dtypes))
 
 
 def _product(nb):
@@ -65,16 +72,23 @@ def _squares(d, nb):
         yield pow_(Tensor.reshape(d, sc), 2), ints(nb), conds
 
 
+def _clamped(total, dt):
+    """max(total, 0): a sum of squares written as a sum of Gram products is rounded to either
+    sign where it cancels (a gradient near 0 beside large |a| |b|), and sqrt(-1e-7) is NaN."""
+    return Tensor.binary("max", total, Tensor.scalar(0, 1, dt))
+
+
 def _norms():
-    # Σ_jk (Σ_t a_tj b_tk)² -> Σ_ts (a aᵀ)_ts (b bᵀ)_ts   [past nb batch axes]
+    # Σ_jk (Σ_t a_tj b_tk)² -> max(Σ_ts (a aᵀ)_ts (b bᵀ)_ts, 0)   [past nb batch axes]
     out = []
     for nb in BATCHES:
         d, conds = _product(nb)
         grams = mul(_gram(A, nb, l), _gram(B, nb, r))
         for inner, axes, shaped in _squares(d, nb):
             for lhs, up, only in sum_of(inner, axes):
-                rhs = Tensor.sum(up(grams), ints(nb, nb + 1))
-                out.append(rewrite(lhs).to(rhs, *conds, *shaped, *only))
+                dt = String(F32) if only else V.d  # the upcast pattern sums in float32
+                rhs = _clamped(Tensor.sum(up(grams), ints(nb, nb + 1)), dt)
+                out.append(rewrite(lhs).to(rhs, *conds, float_dtype(V.d), *shaped, *only))
     return out
 
 
@@ -98,11 +112,13 @@ def _norms_example(rng, dt):
 
 _reg(
     "norm",
-    "Σ_jk (AᵀB)_jk² -> Σ_ts (AAᵀ)_ts (BBᵀ)_ts, per batch entry (ghost norms)",
+    "Σ_jk (AᵀB)_jk² -> max(Σ_ts (AAᵀ)_ts (BBᵀ)_ts, 0), per batch entry (ghost norms)",
     _norms,
-    "a dot of two operands of rank 2 past its batch axes, one contracting axis each, squared and "
-    "summed over both free axes (or raveled and summed); not float16 or narrower",
+    "a dot of two real operands of rank 2 past its batch axes, one contracting axis each, squared "
+    "and summed over both free axes (or raveled and summed); not float16 or narrower; "
+    'numerics="fast" only: the error is u |A|² |B|², not relative to the norm',
     _norms_example,
+    FLOAT,
 )
 
 
