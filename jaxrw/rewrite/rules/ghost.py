@@ -137,12 +137,13 @@ def _batch_sum():
     typed = (eq(dtype(A)).to(dtype(B)), eq(dtype(d)).to(V.d), *_WIDE_RANGE)
     flat = dot(_rows(A, sa), _rows(B, sb), 0, 0, 0, c)
     out = [rewrite(lhs).to(up(flat), *rank3, *typed, *only) for lhs, up, only in sum_of(d, ints(0))]
-    # Σ_b c_b A_bᵀ B_b written as a contraction with c (optax: jnp.tensordot(c, g, axes=1)), in
-    # the contraction's precision (as outer.batch_sum)
+    # Σ_b c_b A_bᵀ B_b written as a contraction with c (optax: jnp.tensordot(c, g, axes=1)), where
+    # both dots have one precision: one product of all rows at the contraction's precision would
+    # round a HIGHEST per-example product's operands to TF32 on a GPU (a review)
     scaled = mul(A, bcast(C, sa, ints(0)))
-    weighted = dot(_rows(scaled, sa), _rows(B, sb), 0, 0, 0, V.q)
+    weighted = dot(_rows(scaled, sa), _rows(B, sb), 0, 0, 0, c)
     same = (eq(dtype(C)).to(V.d), eq(dtype(A)).to(V.d), eq(shape(C).length()).to(i64(1)))
-    for lhs in (dot(C, d, 0, 0, 0, V.q), dot(d, C, 0, 0, 0, V.q)):
+    for lhs in (dot(C, d, 0, 0, 0, c), dot(d, C, 0, 0, 0, c)):
         out.append(rewrite(lhs).to(weighted, *rank3, *typed, *same))
     return out
 
@@ -168,7 +169,8 @@ def _sums_example(rng, dt):
     b_, t_, n_, m_ = sizes(rng, 4, 2, 17)
 
     def f(xs, ys, w):
-        per = lax.dot_general(xs, ys, (((1,), (1,)), ((0,), (0,))))  # [b, n, m]
+        # [b, n, m], typed as jnp.tensordot types its contraction (one configuration for both)
+        per = lax.dot_general(xs, ys, (((1,), (1,)), ((0,), (0,))), preferred_element_type=xs.dtype)
         scaled = jnp.sum(per * w[:, None, None], axis=0)
         return jnp.sum(per, axis=0), scaled, jnp.tensordot(w, per, axes=1), w[:, None, None] * per
 

@@ -224,6 +224,21 @@ def test_a_scale_that_broadcasts_the_product_is_left_alone():
     np.testing.assert_allclose(jaxrw.optimize(fn)(a, b, c), jax.jit(fn)(a, b, c), rtol=1e-6)
 
 
+def test_a_contraction_of_other_precision_is_left_alone():
+    # the per-example products at HIGHEST, the multipliers' contraction at DEFAULT: one product of
+    # all rows would take the contraction's precision (TF32 operands on a GPU)
+    rng = np.random.default_rng(12)
+    a, b, c = _normal(rng, 3, 5, 6), _normal(rng, 3, 5, 4), _normal(rng, 3)
+
+    def fn(a, b, c):
+        per = lax.dot_general(a, b, (((1,), (1,)), ((0,), (0,))), precision=lax.Precision.HIGHEST)
+        return jnp.tensordot(c, per, axes=1)
+
+    fired = run_rules(fn, (a, b, c), ["ghost.batch_sum"]).report.rules_fired
+    assert not fired.get("ghost.batch_sum"), fired
+    np.testing.assert_allclose(jaxrw.optimize(fn)(a, b, c), jax.jit(fn)(a, b, c), rtol=1e-5, atol=1e-6)
+
+
 def test_float16_is_left_to_the_product():
     # a Gram entry Σ a² overflows float16 past 256 where the product of 300 and 0.01 does not, and
     # so does a scale of 300 moved onto a
