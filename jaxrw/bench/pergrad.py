@@ -33,6 +33,20 @@ def _per_example_grads(w1, w2, X, Y):
     return jax.vmap(jax.grad(_mlp_loss), in_axes=(None, 0, 0))((w1, w2), X, Y)
 
 
+def _grad_norms(w1, w2, X, Y):
+    """Each example's gradient norm, its per-layer gradients formed and squared (as written)."""
+    g1, g2 = _per_example_grads(w1, w2, X, Y)
+    return jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
+
+
+def _clipped_mean(w1, w2, X, Y):
+    """DP-SGD's mean of the per-example gradients, each scaled to norm at most 1 (as written)."""
+    g1, g2 = _per_example_grads(w1, w2, X, Y)
+    norm = jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
+    s = jnp.minimum(1.0, 1.0 / (norm + 1e-6)).astype(X.dtype)[:, None, None]
+    return acc_sum(g1 * s, axis=0) / X.shape[0], acc_sum(g2 * s, axis=0) / X.shape[0]
+
+
 def _factors(w1, w2, X, Y):
     """Each layer's input and output gradient for every example: g = x ⊗ δ per layer."""
     H = jnp.tanh(X @ w1)
@@ -52,14 +66,10 @@ def per_example_norms(size: str, dtype: str) -> Instance:
     |x ⊗ δ|² = |x|² |δ|² needs the factors only."""
     shape, args = _mlp_data(size, dtype)
 
-    def fn(w1, w2, X, Y):
-        g1, g2 = _per_example_grads(w1, w2, X, Y)
-        return jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
-
     def hand(w1, w2, X, Y):
         return jnp.sqrt(sum(_sq(x) * _sq(d) for x, d in _factors(w1, w2, X, Y)))
 
-    return Instance(fn, args, hand=hand, shape=shape)
+    return Instance(_grad_norms, args, hand=hand, shape=shape)
 
 
 @register("algebra")
@@ -69,19 +79,13 @@ def dp_clipped_mean(size: str, dtype: str) -> Instance:
     sum over the batch is one product, Xᵀ(s∘Δ): no [b, d, h] gradient is needed."""
     shape, args = _mlp_data(size, dtype)
 
-    def fn(w1, w2, X, Y):
-        g1, g2 = _per_example_grads(w1, w2, X, Y)
-        norm = jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
-        s = jnp.minimum(1.0, 1.0 / (norm + 1e-6)).astype(X.dtype)[:, None, None]
-        return acc_sum(g1 * s, axis=0) / X.shape[0], acc_sum(g2 * s, axis=0) / X.shape[0]
-
     def hand(w1, w2, X, Y):
         pairs = _factors(w1, w2, X, Y)
         norm = jnp.sqrt(sum(_sq(x) * _sq(d) for x, d in pairs))
         s = jnp.minimum(1.0, 1.0 / (norm + 1e-6)).astype(X.dtype)[:, None]
         return tuple(x.T @ (d * s) / X.shape[0] for x, d in pairs)
 
-    return Instance(fn, args, hand=hand, shape=shape)
+    return Instance(_clipped_mean, args, hand=hand, shape=shape)
 
 
 # --- sequences: a gradient per example is Xᵀ Δ over T rows ---------------------------------------
@@ -117,24 +121,14 @@ def sequence_grad_norms(size: str, dtype: str) -> Instance:
     default it keeps the norms' order of summation."""
     shape, args = _seq_data(size, dtype)
 
-    def fn(w1, w2, X, Y):
-        g1, g2 = _per_example_grads(w1, w2, X, Y)
-        return jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
-
     def hand(w1, w2, X, Y):
         return _seq_norms(_factors(w1, w2, X, Y))
 
-    return Instance(fn, args, hand=hand, shape=shape)
+    return Instance(_grad_norms, args, hand=hand, shape=shape)
 
 
 def _dp_sequence_clip(size: str, dtype: str, numerics: str) -> Instance:
     shape, args = _seq_data(size, dtype)
-
-    def fn(w1, w2, X, Y):
-        g1, g2 = _per_example_grads(w1, w2, X, Y)
-        norm = jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
-        s = jnp.minimum(1.0, 1.0 / (norm + 1e-6)).astype(X.dtype)[:, None, None]
-        return acc_sum(g1 * s, axis=0) / X.shape[0], acc_sum(g2 * s, axis=0) / X.shape[0]
 
     def hand(w1, w2, X, Y):
         pairs = _factors(w1, w2, X, Y)
@@ -142,7 +136,7 @@ def _dp_sequence_clip(size: str, dtype: str, numerics: str) -> Instance:
         return tuple(jnp.einsum("bti,btj->ij", x * s, d) / X.shape[0] for x, d in pairs)
 
     kw = {} if numerics == "default" else {"numerics": numerics}
-    return Instance(fn, args, hand=hand, opt_kwargs=kw, shape=shape)
+    return Instance(_clipped_mean, args, hand=hand, opt_kwargs=kw, shape=shape)
 
 
 @register("algebra")

@@ -14,45 +14,17 @@ import jaxrw
 from jaxrw.rewrite.rules import select_rules
 
 from .harness import intermediate_shapes, optimize_without_fallback, reference, rel_err, run_rules
+from .per_example import clipped_mean, grad_norms, normal, optax_style_clip, per_example
 
 select_rules(None)  # load every family
 
 B, T, N, M = 16, 8, 96, 128  # short sequences: T² (n + m) is far below T n m
 
 
-def _normal(rng, *shape, dtype=jnp.float32):
-    return jnp.asarray(rng.standard_normal(shape), dtype)
-
-
-def _loss(w, x, y):  # x: one example's sequence, [T, n]
-    return jnp.sum(jnp.tanh(x @ w) * y)
-
-
-def _per_example(w, xs, ys):
-    return jax.vmap(jax.grad(_loss), in_axes=(None, 0, 0))(w, xs, ys)
-
-
-def grad_norms(w, xs, ys):
-    return jnp.sqrt(jnp.sum(_per_example(w, xs, ys) ** 2, axis=(1, 2)))
-
-
-def clipped_mean(w, xs, ys):
-    g = _per_example(w, xs, ys)
-    norms = jnp.sqrt(jnp.sum(g**2, axis=(1, 2)))
-    return jnp.mean(g * jnp.minimum(1.0, 1.0 / (norms + 1e-6))[:, None, None], axis=0)
-
-
-def optax_style_clip(w, xs, ys):
-    """As optax.per_example_global_norm_clip writes it: the clipped sum as a tensordot."""
-    g = _per_example(w, xs, ys)
-    norms = jax.vmap(lambda t: jnp.sqrt(jnp.sum(jnp.square(t))))(g)
-    return jnp.tensordot(jnp.nan_to_num(jnp.minimum(1.0 / norms, 1.0)), g, axes=1)
-
-
 def _args(seed, b=B, t=T, n=N, m=M, dtype=jnp.float32):
     rng = np.random.default_rng(seed)
-    w = _normal(rng, n, m, dtype=dtype) / np.sqrt(n)
-    return w.astype(dtype), _normal(rng, b, t, n, dtype=dtype), _normal(rng, b, t, m, dtype=dtype)
+    w = normal(rng, n, m, dtype=dtype) / np.sqrt(n)
+    return w.astype(dtype), normal(rng, b, t, n, dtype=dtype), normal(rng, b, t, m, dtype=dtype)
 
 
 def _forms_per_example_gradient(opt, args, b=B, n=N, m=M):
@@ -74,11 +46,11 @@ def test_sequence_gradient_norms_need_only_the_grams(dtype, tol, seed):
 
 def test_raveled_gradients_and_a_plain_product():
     rng = np.random.default_rng(2)
-    x, y = _normal(rng, 6, 40), _normal(rng, 6, 48)
+    x, y = normal(rng, 6, 40), normal(rng, 6, 48)
     args = (*_args(3), x, y)
 
     def fn(w, xs, ys, x, y):
-        per = jax.vmap(lambda g: jnp.linalg.norm(jnp.ravel(g)))(_per_example(w, xs, ys))
+        per = jax.vmap(lambda g: jnp.linalg.norm(jnp.ravel(g)))(per_example(w, xs, ys))
         return per, jnp.sum((x.T @ y) ** 2)  # ‖xᵀy‖² of one [40, 48] product: two [6, 6] Grams
 
     opt, out = optimize_without_fallback(fn, args, numerics="fast")
@@ -205,7 +177,7 @@ LEFT_ALONE = {
 def test_look_alikes_are_left_alone(case):
     fn, rule = LEFT_ALONE[case]
     rng = np.random.default_rng(8)
-    args = (_normal(rng, 3, 5, 5), _normal(rng, 3, 5, 4), _normal(rng, 3, 5, 4))
+    args = (normal(rng, 3, 5, 5), normal(rng, 3, 5, 4), normal(rng, 3, 5, 4))
     fired = run_rules(fn, args, [rule]).report.rules_fired
     assert not fired.get(rule), fired
     np.testing.assert_allclose(jaxrw.optimize(fn)(*args), jax.jit(fn)(*args), rtol=1e-5, atol=1e-6)
@@ -214,7 +186,7 @@ def test_look_alikes_are_left_alone(case):
 def test_a_scale_that_broadcasts_the_product_is_left_alone():
     # one example's product times a scale for three: the result has three rows, the product one
     rng = np.random.default_rng(9)
-    a, b, c = _normal(rng, 1, 4, 6), _normal(rng, 1, 4, 5), _normal(rng, 3)
+    a, b, c = normal(rng, 1, 4, 6), normal(rng, 1, 4, 5), normal(rng, 3)
 
     def fn(a, b, c):
         return _per(a, b) * c[:, None, None]
@@ -228,7 +200,7 @@ def test_a_contraction_of_other_precision_is_left_alone():
     # the per-example products at HIGHEST, the multipliers' contraction at DEFAULT: one product of
     # all rows would take the contraction's precision (TF32 operands on a GPU)
     rng = np.random.default_rng(12)
-    a, b, c = _normal(rng, 3, 5, 6), _normal(rng, 3, 5, 4), _normal(rng, 3)
+    a, b, c = normal(rng, 3, 5, 6), normal(rng, 3, 5, 4), normal(rng, 3)
 
     def fn(a, b, c):
         per = lax.dot_general(a, b, (((1,), (1,)), ((0,), (0,))), precision=lax.Precision.HIGHEST)

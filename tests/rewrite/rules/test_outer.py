@@ -15,30 +15,9 @@ from jaxrw.rewrite.encode import encode
 from jaxrw.rewrite.rules import select_rules
 
 from .harness import flat_jaxpr, intermediate_shapes, optimize_without_fallback, reference, rel_err, run_rules
+from .per_example import clipped_mean, grad_norms, normal, optax_style_clip, per_example
 
 select_rules(None)  # load every family
-
-
-def _normal(rng, *shape, dtype=jnp.float32):
-    return jnp.asarray(rng.standard_normal(shape), dtype)
-
-
-def _loss(w, x, y):
-    return jnp.sum(jnp.tanh(x @ w) * y)
-
-
-def _per_example(w, xs, ys):
-    return jax.vmap(jax.grad(_loss), in_axes=(None, 0, 0))(w, xs, ys)
-
-
-def grad_norms(w, xs, ys):
-    return jnp.sqrt(jnp.sum(_per_example(w, xs, ys) ** 2, axis=(1, 2)))
-
-
-def clipped_mean(w, xs, ys):
-    g = _per_example(w, xs, ys)
-    norms = jnp.sqrt(jnp.sum(g**2, axis=(1, 2)))
-    return jnp.mean(g * jnp.minimum(1.0, 1.0 / (norms + 1e-6))[:, None, None], axis=0)
 
 
 B, N, M = 64, 128, 96  # large enough that the factored form is predicted faster
@@ -46,7 +25,7 @@ B, N, M = 64, 128, 96  # large enough that the factored form is predicted faster
 
 def _args(seed, b=B, n=N, m=M, dtype=jnp.float32):
     rng = np.random.default_rng(seed)
-    return _normal(rng, n, m, dtype=dtype), _normal(rng, b, n, dtype=dtype), _normal(rng, b, m, dtype=dtype)
+    return normal(rng, n, m, dtype=dtype), normal(rng, b, n, dtype=dtype), normal(rng, b, m, dtype=dtype)
 
 
 def _no_per_example_gradient(opt, args):
@@ -86,21 +65,13 @@ def test_raveled_per_example_gradients_are_normed_by_their_factors():
     args = _args(9)
 
     def fn(w, xs, ys):
-        return jax.vmap(lambda g: jnp.linalg.norm(jnp.ravel(g)))(_per_example(w, xs, ys))
+        return jax.vmap(lambda g: jnp.linalg.norm(jnp.ravel(g)))(per_example(w, xs, ys))
 
     opt, out = optimize_without_fallback(fn, args)
     assert opt.report(*args).rules_fired.get("outer.norm"), opt.report(*args).rules_fired
     (want,) = reference(fn, args)
     assert rel_err(out, want) <= 1e-5
     assert _no_per_example_gradient(opt, args) and (B, N * M) not in intermediate_shapes(opt, args)
-
-
-def optax_style_clip(w, xs, ys):
-    """As optax.per_example_global_norm_clip writes it: norms by jnp.square, the clipped sum as a
-    tensordot of the multipliers with the gradients."""
-    g = _per_example(w, xs, ys)
-    norms = jax.vmap(lambda t: jnp.sqrt(jnp.sum(jnp.square(t))))(g)
-    return jnp.tensordot(jnp.nan_to_num(jnp.minimum(1.0 / norms, 1.0)), g, axes=1)
 
 
 @pytest.mark.parametrize("numerics", ["default", "fast"])
@@ -116,8 +87,8 @@ def test_optax_style_clipping(numerics):
 
 def test_vmap_of_vmap_and_jnp_outer():
     rng = np.random.default_rng(3)
-    xs, ys = _normal(rng, 3, 5, 16), _normal(rng, 3, 5, 12)
-    u, v = _normal(rng, 16), _normal(rng, 12)
+    xs, ys = normal(rng, 3, 5, 16), normal(rng, 3, 5, 12)
+    u, v = normal(rng, 16), normal(rng, 12)
 
     def f(xs, ys, u, v):
         per = jax.vmap(jax.vmap(lambda x, y: jnp.outer(x, y)))(xs, ys)  # [3, 5, 16, 12]
@@ -133,7 +104,7 @@ def test_vmap_of_vmap_and_jnp_outer():
 
 def test_only_dots_that_contract_nothing_are_outer_products():
     rng = np.random.default_rng(4)
-    xs, ys, w = _normal(rng, 6, 8), _normal(rng, 6, 8), _normal(rng, 8, 8)
+    xs, ys, w = normal(rng, 6, 8), normal(rng, 6, 8), normal(rng, 8, 8)
 
     def f(xs, ys, w):
         return (
@@ -173,7 +144,7 @@ LEFT_ALONE = {
 def test_look_alikes_are_left_alone(case):
     fn, rule = LEFT_ALONE[case]
     rng = np.random.default_rng(5)
-    args = (_normal(rng, 6, 8), _normal(rng, 6, 5))
+    args = (normal(rng, 6, 8), normal(rng, 6, 5))
     fired = run_rules(fn, args, [rule, "outer.product"]).report.rules_fired
     assert fired.get("outer.product") and not fired.get(rule), fired  # the product found, not this
     np.testing.assert_allclose(jaxrw.optimize(fn)(*args), jax.jit(fn)(*args), rtol=1e-5, atol=1e-6)
@@ -182,7 +153,7 @@ def test_look_alikes_are_left_alone(case):
 def test_an_operand_broadcast_along_the_batch_is_not_an_outer_product():
     # p of one row broadcast over the batch: Σ_b p ⊗ q_b = p ⊗ Σ_b q_b, not a dot of p and q
     rng = np.random.default_rng(6)
-    p, q = _normal(rng, 1, 8), _normal(rng, 6, 5)
+    p, q = normal(rng, 1, 8), normal(rng, 6, 5)
 
     def fn(p, q):
         wide = lax.broadcast_in_dim(p, (6, 8, 5), (0, 1))
@@ -247,7 +218,7 @@ REVIEWED = {
 def test_outer_products_of_matrices_are_left_to_the_program(case):
     fn, shapes = REVIEWED[case]
     rng = np.random.default_rng(0)
-    args = tuple(_normal(rng, *s) for s in shapes)
+    args = tuple(normal(rng, *s) for s in shapes)
     _, out = optimize_without_fallback(fn, args)
     np.testing.assert_allclose(out, jax.jit(fn)(*args), rtol=1e-5, atol=1e-6)
 
