@@ -198,7 +198,7 @@ def test_a_rerun_with_exact_rules_makes_the_calls_once():
         np.testing.assert_array_equal(np.isfinite(g), np.isfinite(w))
     assert len(got_log) == len(want_log) == 2
     report = jaxrw.optimize(f, limits=force).report(a, b, c)
-    assert "exact rules only" in report.nonfinite_note
+    assert "rewritten again without dot.assoc" in report.nonfinite_note
 
 
 def test_a_checkpoint_with_calls_in_a_loop_body_keeps_that_body_as_written():

@@ -39,8 +39,9 @@ class EGraphView:
     shapes: dict[str, tuple[int, ...]]
     dtypes: dict[str, str]
     outputs: list[str]  # output index -> e-class
-    # classes an inexact rule changed (nonfinite.py; empty unless numerics="default" guards them)
-    touched: frozenset[str] = frozenset()
+    # classes an inexact rule changed -> the changing rules' bits (nonfinite.py; empty unless
+    # numerics="default" guards them)
+    touched: dict[str, int] = field(default_factory=dict)
     # inputs treated like constants: hoisted arguments whose work is done once, off the hot call
     slow: frozenset[int] = frozenset()
     # class -> the 1-based position of the original equation it holds (encode's `order` facts)
@@ -95,13 +96,13 @@ class EGraphView:
         dtypes: dict[str, str] = {}
         outputs: dict[int, str] = {}
         order: dict[str, int] = {}
-        touched: set[str] = set()
+        touched: dict[str, int] = {}
         for nid, n in rnodes.items():
             op = n["op"]
             if op == "touched":
                 vnode = next(v for v in by_class[n["eclass"]] if rnodes[v]["op"] != "touched")
                 if value(vnode):
-                    touched.add(rnodes[n["children"][0]]["eclass"])
+                    touched[rnodes[n["children"][0]]["eclass"]] = value(vnode)
                 continue
             if op in ("shape", "dtype"):
                 target = rnodes[n["children"][0]]["eclass"]
@@ -138,7 +139,7 @@ class EGraphView:
         if missing:
             raise ValueError(f"{len(missing)} e-classes have no shape (first: {missing[0]})")
         outs = [outputs[i] for i in sorted(outputs)]
-        return cls(nodes, classes, shapes, dtypes, outs, frozenset(touched), order=order)
+        return cls(nodes, classes, shapes, dtypes, outs, touched, order=order)
 
     @property
     def output_set(self) -> frozenset[str]:

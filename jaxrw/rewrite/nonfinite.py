@@ -29,7 +29,7 @@ from .. import compat
 from .terms import Tensor, analysis, dtype
 
 __all__ = [
-    *("cone", "touched", "guard", "unsafe_classes", "saturating_children", "facts"),
+    *("cone", "touched", "guard", "unsafe_classes", "saturating_children", "facts", "rules_of_marks"),
     *("STACK_RULES_UP_TO", "VALUE_IDENTITIES"),
 ]
 
@@ -50,9 +50,26 @@ def cone(t: Tensor) -> i64:
     """1 where t's value flows into a saturating op (the analysis sets 0 for every other term)."""
 
 
-@function(merge=lambda old, new: old.max(new))
+@function(merge=lambda old, new: old | new)
 def touched(t: Tensor) -> i64:
-    """1 where an inexact rule changed t's class."""
+    """Where an inexact rule changed t's class: the bits of the rules that did (`rule_bit`)."""
+
+
+_BITS: dict[str, int] = {}  # guarded rule name -> its bit in `touched` (one process's numbering)
+_WIDTH = 62  # bits in use; past that many guarded rules, rules share a bit (rerun_without drops both)
+
+
+def rule_bit(name: str) -> int:
+    """The bit of `touched` that rule `name` sets, numbered as rules are first guarded."""
+    return _BITS.setdefault(name, len(_BITS) % _WIDTH)
+
+
+def rules_of_marks(marks: Iterable[int]) -> set[str]:
+    """The names of the guarded rules whose bits are set in any of `marks`."""
+    union_ = 0
+    for m in marks:
+        union_ |= m
+    return {name for name, bit in _BITS.items() if union_ >> bit & 1}
 
 
 saturating_name = relation("saturating_name", String)  # unary/binary op names that saturate
@@ -170,26 +187,29 @@ def _outside(t: Any) -> Any:
     return cone(t) < _ONE
 
 
-def guard(rw: Any) -> Any:
-    """The same rewrite, firing only outside the cone and marking the class it changes."""
+def guard(rw: Any, name: str) -> Any:
+    """The same rewrite, firing only outside the cone and marking the class it changes with
+    rule `name`'s bit (so a rerun can leave out just the rules whose changes joined the cone)."""
     d, decls = rw.decl, rw.__egg_decls__
+    mark = i64(1 << rule_bit(name))
     if isinstance(d, decl.RewriteDecl):
         lhs, rhs = _expr(decls, d.tp, d.lhs), _expr(decls, d.tp, d.rhs)
         conditions = [Fact(decls, f) for f in d.conditions]
         return rule(eq(_ROOT).to(lhs), *conditions, _outside(_ROOT)).then(
-            union(_ROOT).with_(rhs), set_(touched(_ROOT)).to(_ONE)
+            union(_ROOT).with_(rhs), set_(touched(_ROOT)).to(mark)
         )
     if isinstance(d, decl.RuleDecl):
         roots = [_expr(decls, a.tp, a.lhs) for a in d.head if isinstance(a, decl.UnionDecl)]
         body = [Fact(decls, f) for f in d.body] + [_outside(x) for x in roots]
-        head = [Action(decls, a) for a in d.head] + [set_(touched(x)).to(_ONE) for x in roots]
+        head = [Action(decls, a) for a in d.head] + [set_(touched(x)).to(mark) for x in roots]
         return rule(*body, name=d.name, eval_mode=d.eval_mode).then(*head)
     raise TypeError(f"cannot guard a {type(d).__name__}")
 
 
 def unsafe_classes(view: Any, roots: Iterable[str] = ()) -> set[str]:
-    """Classes an inexact rule changed that flow into a saturating op in the final e-graph;
-    `roots`: classes known to (a body's outputs that reach one outside)."""
+    """Classes an inexact rule changed that flow into a saturating op in the final e-graph
+    (`view.touched[c]` names the rules: rules_of_marks); `roots`: classes known to (a body's
+    outputs that reach one outside)."""
     marked = set(view.touched)
     if not marked:
         return set()

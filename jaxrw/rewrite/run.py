@@ -28,7 +28,7 @@ from .effects import bound_once, split_callbacks
 from .encode import Program, count_equations, encode
 from .extract import Extraction, get_extractor, node_costs, reachable
 from .graph import EGraphView
-from .nonfinite import cone, exact_dtype, saturating_name, touched, unsafe_classes
+from .nonfinite import cone, exact_dtype, rules_of_marks, saturating_name, touched, unsafe_classes
 from .profiles import Profile
 from .reach import analysis_rules, can_fire
 from .report import DEFAULT_MAX_HOIST_BYTES, NUMERICS, Limits, RewriteReport, StopReason, bodies_row
@@ -323,6 +323,7 @@ def rewrite_jaxpr(
     sharded: str = "",
     _note: str = "",
     _exact_note: str = "",
+    _dropped: frozenset[str] = frozenset(),
     _deadline: float | None = None,
     _split: bool = False,
     _body: bool = False,
@@ -362,7 +363,9 @@ def rewrite_jaxpr(
         # a body's own outputs come first (the same indices); the calls' values follow: a call is
         # user code the e-graph does not model, so what it reads keeps jax.jit's non-finite values
         cone = cone_outputs | calls.value_outputs()
-        kw = dict(force=force, control_flow=control_flow, _note=why, _exact_note=_exact_note)
+        kw = dict(
+            force=force, control_flow=control_flow, _note=why, _exact_note=_exact_note, _dropped=_dropped
+        )
         result = calls.applied(rewrite_jaxpr(pure, **same, **kw, cone_outputs=cone, _split=True), pure)
         result.written = closed  # a body's explanation shows its calls in their places
         return result
@@ -379,9 +382,10 @@ def rewrite_jaxpr(
         note = f"{n_eqns} equations > limits.equations {limits.equations}: not rewritten"
         kept = StopReason.SIZE_LIMIT, note
     elif _deadline is not None and time.perf_counter() >= deadline:  # a body or rerun, too late
-        before = (
-            "before its rerun with exact rules only (non-finite)" if _exact_note else "before this program"
-        )
+        before = "before this program"
+        if _exact_note:
+            without = f"without {', '.join(sorted(_dropped))}" if _dropped else "with exact rules only"
+            before = f"before its rerun {without} (non-finite)"
         kept = StopReason.TIME_LIMIT, f"limits.time_s {limits.time_s:g} s spent {before}: kept as written"
     elif _body and closed.effects and not _split:  # split_callbacks could not take them apart
         kept = StopReason.EFFECTS, "its effects are not taken apart (rewrite/effects.py): kept as written"
@@ -435,12 +439,7 @@ def rewrite_jaxpr(
     in_cone = [view.outputs[i] for i in cone_outputs]
     unsafe = _stage("extract", unsafe_classes, view, in_cone) if numerics == "default" else set()
     if unsafe:  # a class changed by an inexact rule joined a saturating op's cone after the change
-        note = (
-            f"{len(unsafe)} values changed by inexact rules reach a saturating op: exact rules only "
-            f"(the first run: {report.iterations} iterations, stop: {report.stop_reason.value})"
-        )
-        log.debug("non-finite guard: %s", note)
-        rerun = again(**{**same, "numerics": "strict"}, slow=slow, _exact_note=note)
+        rerun = _rerun_safely(again, same, slow, unsafe, view, report, chosen, _dropped)
         for phase, took in report.phase_s.items():  # the time of both runs (a time limit reads so)
             rerun.report.phase_s[phase] = rerun.report.phase_s.get(phase, 0.0) + took
         return rerun
@@ -511,6 +510,24 @@ def _negative_shape(jaxpr: Any) -> tuple | None:
         if any(isinstance(n, int) and n < 0 for n in dims):
             return tuple(dims)
     return None
+
+
+def _rerun_safely(again, same, slow, unsafe, view, report, chosen, dropped) -> RewriteResult:
+    """The program rewritten again where inexact rules changed values that reach a saturating op
+    (`unsafe`): without the rules that changed them (their marks: nonfinite.rules_of_marks), and
+    where that run has such values too, or the marks name no rule, with exact rules only. A
+    transformer's DP-SGD step lost every rewrite to one scalar move at a clipping divisor."""
+    offending = rules_of_marks(view.touched.get(c, 0) for c in unsafe)
+    first = f"(the first run: {report.iterations} iterations, stop: {report.stop_reason.value})"
+    why = f"{len(unsafe)} values changed by inexact rules reach a saturating op"
+    if offending and not dropped:
+        note = f"{why}: rewritten again without {', '.join(sorted(offending))} {first}"
+        options = {**same, "rules": [r.name for r in chosen if r.name not in offending]}
+    else:
+        note = f"{why}: exact rules only {first}"
+        options, offending = {**same, "numerics": "strict"}, frozenset()
+    log.debug("non-finite guard: %s", note)
+    return again(**options, slow=slow, _exact_note=note, _dropped=frozenset(offending))
 
 
 def _only_choice(view: EGraphView) -> dict[str, str]:

@@ -73,7 +73,7 @@ class Rule:
             if guarded:
                 from ..nonfinite import guard
 
-                cached = [guard(rw) for rw in self.rewrites()]
+                cached = [guard(rw, self.name) for rw in self.rewrites()]
             else:
                 cached = list(self.build())
             _BUILT[(self.name, guarded)] = cached
