@@ -65,3 +65,23 @@ def test_marks_name_their_rules():
     }
     assert "dot.factor_left" not in rules_of_marks([1 << bits["dot.assoc_left"]])
     assert rules_of_marks([0]) == set()
+
+
+def test_the_rerun_keeps_the_users_rules_and_their_note(monkeypatch):
+    # a review: the rerun was given every kept rule by name, so the report's rules_note lost the
+    # user's dot.zero ("needs numerics='fast'") and, after a third run, named ~30 inexact rules
+    # as asked for by name
+    args = _poisoned(SHAPES, 1.0, 4)
+    named = jaxrw.optimize(chain_and_factor, limits=FORCE, rules=["dot", "batch", "dot.zero"])
+    report = named.report(*args)
+    assert "rewritten again without" in report.nonfinite_note
+    assert report.rules_note == "left out under numerics='default': dot.zero needs numerics='fast'"
+    runs = []
+
+    def unsafe_twice(view, roots=()):
+        runs.append(1)
+        return set(view.touched) if len(runs) == 1 else {"c0"}
+
+    monkeypatch.setattr(run, "unsafe_classes", unsafe_twice)
+    report = jaxrw.optimize(chain_and_factor, limits=FORCE).report(*args)
+    assert "exact rules only" in report.nonfinite_note and report.rules_note == ""

@@ -371,9 +371,10 @@ def rewrite_jaxpr(
         return result
     model = get_cost_model(cost_model, profile)
     extract_fn = get_extractor(extractor)
-    chosen = select_rules(rules, numerics)
+    selected = select_rules(rules, numerics)
+    chosen = [r for r in selected if r.name not in _dropped]  # a non-finite rerun leaves some out
     report = RewriteReport(cost_model=model.name, hoist_note=_note, nonfinite_note=_exact_note)
-    report.rules_note = left_out(rules, numerics, chosen)
+    report.rules_note = left_out(rules, numerics, selected)
     n_eqns = count_equations(closed.jaxpr)
     kept = None  # why the program is kept as written without being encoded
     if sharded:  # a rewrite there changed output shardings and added collectives (0.4x on CPU)
@@ -439,7 +440,7 @@ def rewrite_jaxpr(
     in_cone = [view.outputs[i] for i in cone_outputs]
     unsafe = _stage("extract", unsafe_classes, view, in_cone) if numerics == "default" else set()
     if unsafe:  # a class changed by an inexact rule joined a saturating op's cone after the change
-        rerun = _rerun_safely(again, same, slow, unsafe, view, report, chosen, _dropped)
+        rerun = _rerun_safely(again, same, slow, unsafe, view, report, _dropped)
         for phase, took in report.phase_s.items():  # the time of both runs (a time limit reads so)
             rerun.report.phase_s[phase] = rerun.report.phase_s.get(phase, 0.0) + took
         return rerun
@@ -512,7 +513,7 @@ def _negative_shape(jaxpr: Any) -> tuple | None:
     return None
 
 
-def _rerun_safely(again, same, slow, unsafe, view, report, chosen, dropped) -> RewriteResult:
+def _rerun_safely(again, same, slow, unsafe, view, report, dropped) -> RewriteResult:
     """The program rewritten again where inexact rules changed values that reach a saturating op
     (`unsafe`): without the rules that changed them (their marks: nonfinite.rules_of_marks), and
     where that run has such values too, or the marks name no rule, with exact rules only. A
@@ -522,7 +523,7 @@ def _rerun_safely(again, same, slow, unsafe, view, report, chosen, dropped) -> R
     why = f"{len(unsafe)} values changed by inexact rules reach a saturating op"
     if offending and not dropped:
         note = f"{why}: rewritten again without {', '.join(sorted(offending))} {first}"
-        options = {**same, "rules": [r.name for r in chosen if r.name not in offending]}
+        options = same  # the user's rules spec kept, for the report's rules_note
     else:
         note = f"{why}: exact rules only {first}"
         options, offending = {**same, "numerics": "strict"}, frozenset()
