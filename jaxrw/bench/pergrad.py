@@ -33,16 +33,20 @@ def _per_example_grads(w1, w2, X, Y):
     return jax.vmap(jax.grad(_mlp_loss), in_axes=(None, 0, 0))((w1, w2), X, Y)
 
 
+def _norms_of(g1, g2):
+    """Each example's norm of its two layers' gradients [b, ., .], squared and summed as written."""
+    return jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
+
+
 def _grad_norms(w1, w2, X, Y):
     """Each example's gradient norm, its per-layer gradients formed and squared (as written)."""
-    g1, g2 = _per_example_grads(w1, w2, X, Y)
-    return jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
+    return _norms_of(*_per_example_grads(w1, w2, X, Y))
 
 
 def _clipped_mean(w1, w2, X, Y):
     """DP-SGD's mean of the per-example gradients, each scaled to norm at most 1 (as written)."""
     g1, g2 = _per_example_grads(w1, w2, X, Y)
-    norm = jnp.sqrt(acc_sum(g1 * g1, axis=(1, 2)) + acc_sum(g2 * g2, axis=(1, 2)))
+    norm = _norms_of(g1, g2)
     s = jnp.minimum(1.0, 1.0 / (norm + 1e-6)).astype(X.dtype)[:, None, None]
     return acc_sum(g1 * s, axis=0) / X.shape[0], acc_sum(g2 * s, axis=0) / X.shape[0]
 
@@ -109,8 +113,9 @@ def _gram_sq(x, d):
     return acc_sum(gx * gd, axis=(1, 2))
 
 
-def _seq_norms(fn_pairs):
-    return jnp.sqrt(sum(_gram_sq(x, d) for x, d in fn_pairs))
+def _seq_norms(pairs):
+    """Each example's gradient norm from its layers' (input, output gradient) pairs, by Grams."""
+    return jnp.sqrt(sum(_gram_sq(x, d) for x, d in pairs))
 
 
 @register("algebra")

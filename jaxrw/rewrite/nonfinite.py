@@ -56,7 +56,7 @@ def touched(t: Tensor) -> i64:
 
 
 _BITS: dict[str, int] = {}  # guarded rule name -> its bit in `touched` (one process's numbering)
-_WIDTH = 62  # bits in use; past that many guarded rules, rules share a bit (rerun_without drops both)
+_WIDTH = 62  # bits in use; past that many guarded rules, rules share a bit (a rerun leaves out both)
 
 
 def rule_bit(name: str) -> int:

@@ -23,6 +23,7 @@ __all__ = [
     "NARROWER",
     "sum_of",
     "ints",
+    "WIDE_RANGE",
 ]
 
 # Dtypes an example is checked in: FLOAT for rules exact only over the reals or in floating point,
@@ -131,6 +132,11 @@ class _Vars:
 
 
 V = _Vars()
+
+# Conditions: V.d is not float16 or narrower, where products overflow within reach of ordinary
+# values (past 256 squared, 65504 in all) while bfloat16 has float32's range: the outer and ghost
+# families' squares, scales and float32 sums of rounded products (reviews)
+WIDE_RANGE = tuple(ne(V.d).to(String(n)) for n in ("float16", *NARROWER))
 
 
 def ints(*a: int) -> Vec:

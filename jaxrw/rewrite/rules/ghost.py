@@ -23,21 +23,22 @@ from saturating ops, as every reassociation does.
 
 from __future__ import annotations
 
-from egglog import String, Vec, eq, i64, ne, rewrite
+from egglog import String, Vec, eq, i64, rewrite
 
 from ..terms import Tensor, dtype, float_dtype, shape
 from . import Rule, register_rule
-from ._util import F32, FLOAT, NARROWER, RING, V, ints, rand, sizes, sum_of
+from ._util import F32, FLOAT, RING, WIDE_RANGE, V, ints, rand, sizes, sum_of
 
-A, B, C, x = V.A, V.B, V.C, V.x
+A, B, C = V.A, V.B, V.C
 l, r, c = V.l, V.r, V.c
 so, sa, sb, sc = V.so, V.sa, V.sb, V.sc
 dot, bcast, mul, pow_ = Tensor.dot, Tensor.broadcast_in_dim, Tensor.mul, Tensor.integer_pow
+_SCALED = mul(A, bcast(C, sa, ints(0)))  # A [b, ...] times c [b] per batch entry
 BATCHES = (0, 1, 2)  # leading batch axes (jax.vmap, once or twice; 0: one matrix product AᵀB)
 
-# Not in float16 or narrower: a Gram entry Σ_k a_k² overflows float16 past 256 where the program's
-# product need not (as outer.sum and outer.norm; a review found those)
-_WIDE_RANGE = tuple(ne(V.d).to(String(n)) for n in ("float16", *NARROWER))
+# The rules below take WIDE_RANGE (_util: not float16 or narrower): a Gram entry Σ_k a_k²
+# overflows float16 past 256 where the program's product need not, and c·A can overflow where
+# c·(AᵀB) does not
 
 
 def _reg(name, identity, build, conditions, example, dtypes=RING):
@@ -50,7 +51,7 @@ def _product(nb):
     d = dot(A, B, nb, l, r, c)
     rk = i64(nb + 2)
     conds = (eq(shape(A).length()).to(rk), eq(shape(B).length()).to(rk), eq(dtype(A)).to(dtype(B)))
-    return d, (*conds, eq(dtype(d)).to(V.d), eq(shape(d)).to(so), *_WIDE_RANGE)
+    return d, (*conds, eq(dtype(d)).to(V.d), eq(shape(d)).to(so), *WIDE_RANGE)
 
 
 # --- squared norms ----------------------------------------------------------------------------
@@ -134,14 +135,13 @@ def _batch_sum():
     # Σ_b A_bᵀ B_b -> Aᵀ B over all b·T rows   [A: b x T x n, B: b x T x m, T contracted]
     d = dot(A, B, 1, 1, 1, c)
     rank3 = (eq(shape(A)).to(sa), eq(shape(B)).to(sb), eq(sa.length()).to(i64(3)), eq(sb.length()).to(i64(3)))
-    typed = (eq(dtype(A)).to(dtype(B)), eq(dtype(d)).to(V.d), *_WIDE_RANGE)
+    typed = (eq(dtype(A)).to(dtype(B)), eq(dtype(d)).to(V.d), *WIDE_RANGE)
     flat = dot(_rows(A, sa), _rows(B, sb), 0, 0, 0, c)
     out = [rewrite(lhs).to(up(flat), *rank3, *typed, *only) for lhs, up, only in sum_of(d, ints(0))]
     # Σ_b c_b A_bᵀ B_b written as a contraction with c (optax: jnp.tensordot(c, g, axes=1)), where
     # both dots have one precision: one product of all rows at the contraction's precision would
     # round a HIGHEST per-example product's operands to TF32 on a GPU (a review)
-    scaled = mul(A, bcast(C, sa, ints(0)))
-    weighted = dot(_rows(scaled, sa), _rows(B, sb), 0, 0, 0, c)
+    weighted = dot(_rows(_SCALED, sa), _rows(B, sb), 0, 0, 0, c)
     same = (eq(dtype(C)).to(V.d), eq(dtype(A)).to(V.d), eq(shape(C).length()).to(i64(1)))
     for lhs in (dot(C, d, 0, 0, 0, c), dot(d, C, 0, 0, 0, c)):
         out.append(rewrite(lhs).to(weighted, *rank3, *typed, *same))
@@ -155,10 +155,10 @@ def _scale():
     d = dot(A, B, 1, l, r, c)
     s = bcast(C, sc, ints(0))
     conds = (eq(shape(d)).to(so), eq(shape(A)).to(sa), eq(shape(C).length()).to(i64(1)))
-    conds += (eq(dtype(C)).to(V.d), eq(dtype(A)).to(V.d), eq(dtype(d)).to(V.d), *_WIDE_RANGE)
+    conds += (eq(dtype(C)).to(V.d), eq(dtype(A)).to(V.d), eq(dtype(d)).to(V.d), *WIDE_RANGE)
     for lhs in (mul(d, s), mul(s, d)):
         keeps = eq(shape(lhs)).to(so)  # the product not broadcast by the scale
-        out.append(rewrite(lhs).to(dot(mul(A, bcast(C, sa, ints(0))), B, 1, l, r, c), *conds, keeps))
+        out.append(rewrite(lhs).to(dot(_SCALED, B, 1, l, r, c), *conds, keeps))
     return out
 
 

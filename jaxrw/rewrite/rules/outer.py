@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from egglog import String, Vec, eq, i64, ne, rule, union, vars_
+from egglog import String, Vec, eq, i64, rule, union, vars_
 
 from ..egg_source import EggSource, Str, ivec
 from ..terms import DEFAULT_CFG, Tensor, float_dtype, joined, outer_of, shape
 from . import Rule, register_rule
-from ._util import F32, FLOAT, NARROWER, RING, V, ints, rand, rank, same_dtype, sizes, sum_of
+from ._util import F32, FLOAT, RING, WIDE_RANGE, V, ints, rand, rank, same_dtype, sizes, sum_of
 
 A, B, C, x = V.A, V.B, V.C, V.x
 so, sa, sc, sS = V.so, V.sa, V.sc, V.sb
@@ -48,11 +48,9 @@ def _full(p, q, nb, out):
     return mul(bcast(p, out, dp), bcast(q, out, dq))
 
 
-# Not in float16 or narrower, where products overflow within reach of ordinary values (past 256
-# squared, 65504 in all): p² overflows where (p q)² need not (outer.sum), a product the program
-# rounds to float16, and overflows, the dot sums in float32 (batch_sum: jax.jit's Inf, 0 here),
-# and c·p can overflow where p·q·c does not (scale). bfloat16 has float32's range. (A review.)
-_WIDE_RANGE = tuple(ne(V.d).to(String(n)) for n in ("float16", *NARROWER))
+# The rules below take WIDE_RANGE (_util: not float16 or narrower): p² overflows where (p q)²
+# need not (outer.sum), a product the program rounds to float16, and overflows, the dot sums in
+# float32 (batch_sum: jax.jit's Inf, 0 here), and c·p can overflow where p·q·c does not (scale).
 
 
 def _of(t, p, q, nb):
@@ -145,7 +143,7 @@ def _sums():
     for inner, at, axes in _summed(lambda t: t):
         plain, upcast = sum_of(inner, axes)
         for (lhs, _, only), wide in ((plain, False), (upcast, True)):
-            conds = (*_of(O, A, B, V.nb), *at, *(only or _WIDE_RANGE))
+            conds = (*_of(O, A, B, V.nb), *at, *(only or WIDE_RANGE))
             out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(_factored(False, wide))))
     return out
 
@@ -172,7 +170,7 @@ def _norms():
         plain, upcast = sum_of(inner, axes)
         for (lhs, _, only), wide in ((plain, False), (upcast, True)):
             rhs = Tensor.add(_factored(True, wide), _nan_where_inf_meets_zero(wide))
-            conds = (*_of(O, A, B, V.nb), *at, *(only or _WIDE_RANGE), float_dtype(V.d))
+            conds = (*_of(O, A, B, V.nb), *at, *(only or WIDE_RANGE), float_dtype(V.d))
             out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
     return out
 
@@ -182,13 +180,13 @@ def _batch_sum():
     out = []
     for lhs, up, only in sum_of(O, ints(0)):
         rhs = up(Tensor.dot(A, B, 0, 0, 0, DEFAULT_CFG))
-        conds = (*_of(O, A, B, 1), *(only or _WIDE_RANGE))
+        conds = (*_of(O, A, B, 1), *(only or WIDE_RANGE))
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs)))
     # Σ_b c_b p_b ⊗ q_b written as a contraction with c (optax's per_example_global_norm_clip:
     # jnp.tensordot(c, g, axes=1)) -> (c∘p)ᵀq, in the contraction's own configuration
     scaled = Tensor.dot(mul(A, bcast(C, sa, ints(0))), B, 0, 0, 0, V.c)
     for lhs in (Tensor.dot(C, O, 0, 0, 0, V.c), Tensor.dot(O, C, 0, 0, 0, V.c)):
-        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), eq(shape(A)).to(sa), *_WIDE_RANGE)
+        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), eq(shape(A)).to(sa), *WIDE_RANGE)
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(scaled)))
     return out
 
@@ -260,7 +258,7 @@ def _scale():
     s = bcast(C, sS, ints(0))
     scaled = mul(A, bcast(C, sa, ints(0)))
     for lhs in (mul(O, s), mul(s, O)):
-        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), *_WIDE_RANGE)
+        conds = (*_of(O, A, B, 1), rank(C, 1), *same_dtype(C, x), *WIDE_RANGE)
         conds += (eq(shape(O)).to(so), eq(shape(x)).to(so), eq(shape(A)).to(sa))
         rhs = _full(scaled, B, 1, so)
         out.append(rule(eq(x).to(lhs), *conds).then(union(x).with_(rhs), outer_of(x, scaled, B, i64(1))))
